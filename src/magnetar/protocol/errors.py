@@ -1,0 +1,17 @@
+"""Exceptions raised by the codec when the bytes on the wire are not a Pulsar frame."""
+
+
+class ProtocolError(Exception):
+    """The peer sent bytes that cannot be a valid Pulsar frame; the connection is unusable."""
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame declared a size above the negotiated limit (rejected before buffering it)."""
+
+
+class MalformedFrame(ProtocolError):
+    """A frame's sizes are inconsistent or its command does not parse."""
+
+
+class ChecksumMismatch(ProtocolError):
+    """A payload's CRC32C does not match the checksum in its frame."""

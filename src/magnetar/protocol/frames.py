@@ -1,0 +1,190 @@
+"""Pulsar frame format: cutting frames out of a byte stream and writing them.
+
+A frame is ``[total_size u32][command_size u32][BaseCommand]`` optionally followed
+by a body.  For SEND and MESSAGE the body is the payload section
+``[0x0e01 u16][crc32c u32][metadata_size u32][MessageMetadata][payload]`` (this
+section, from the magic number on, is what the broker stores as an entry).  For
+the PIP-371 ACK and REQUEST_RECEIPT the body is the raw reply bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c as _crc32c
+from google.protobuf.message import DecodeError
+
+from magnetar.protocol.errors import ChecksumMismatch, FrameTooLarge, MalformedFrame
+from magnetar.protocol.pb import BaseCommand, pb
+
+MAGIC_CRC32C = 0x0E01
+MAGIC_BROKER_ENTRY_METADATA = 0x0E02
+# Room for the command and metadata on top of the largest message payload,
+# the same allowance Pulsar makes.
+FRAME_PADDING = 10 * 1024
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+
+_U32 = struct.Struct(">I")
+_TWO_U32 = struct.Struct(">II")
+_MAGIC_CRC = struct.Struct(">HI")
+
+crc32c = _crc32c.crc32c
+
+
+@dataclass(slots=True)
+class Frame:
+    """One decoded frame: the command and whatever bytes followed it."""
+
+    command: BaseCommand
+    body: bytes = b""
+
+
+@dataclass(slots=True)
+class PayloadSection:
+    """The parts of a SEND/MESSAGE body."""
+
+    metadata: bytes
+    payload: bytes
+    has_checksum: bool
+
+
+def max_frame_size(max_message_size: int) -> int:
+    return max_message_size + FRAME_PADDING
+
+
+class FrameDecoder:
+    """Accumulates bytes and yields whole frames.
+
+    A declared size over ``max_frame_size`` raises :class:`FrameTooLarge` as soon
+    as the four size bytes are seen, before any of the frame is buffered.
+    """
+
+    __slots__ = ("_buf", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_MESSAGE_SIZE + FRAME_PADDING) -> None:
+        self._buf = bytearray()
+        self.max_frame_size = max_frame_size
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        buf = self._buf
+        buf += data
+        frames: list[Frame] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (total,) = _U32.unpack_from(buf, pos)
+            if total > self.max_frame_size:
+                raise FrameTooLarge(
+                    f"frame declares {total} bytes, over the limit of {self.max_frame_size} bytes"
+                )
+            if total < 4:
+                raise MalformedFrame(f"frame declares {total} bytes, too small to hold a command")
+            if end - pos - 4 < total:
+                break
+            (cmd_size,) = _U32.unpack_from(buf, pos + 4)
+            if cmd_size > total - 4 or cmd_size == 0:
+                raise MalformedFrame(
+                    f"command size {cmd_size} does not fit in a frame of {total} bytes"
+                )
+            cmd_start = pos + 8
+            body_start = cmd_start + cmd_size
+            frame_end = pos + 4 + total
+            command = parse_command(bytes(buf[cmd_start:body_start]))
+            body = bytes(buf[body_start:frame_end]) if frame_end > body_start else b""
+            frames.append(Frame(command, body))
+            pos = frame_end
+        if pos:
+            del buf[:pos]
+        return frames
+
+
+def parse_command(data: bytes) -> BaseCommand:
+    command = BaseCommand()
+    try:
+        command.MergeFromString(data)
+    except DecodeError as exc:
+        raise MalformedFrame(f"command does not parse: {exc}") from None
+    if not command.HasField("type"):
+        raise MalformedFrame(f"unknown or unsupported command type {_raw_type(data)}")
+    if not command.IsInitialized():
+        missing = ", ".join(command.FindInitializationErrors())
+        raise MalformedFrame(
+            f"command {pb.BaseCommand.Type.Name(command.type)} lacks required fields: {missing}"
+        )
+    return command
+
+
+def _raw_type(data: bytes) -> str:
+    """Best effort: read field 1 (the command type varint) from unparsed bytes."""
+    if len(data) < 2 or data[0] != 0x08:
+        return "(none)"
+    value = shift = 0
+    for byte in data[1:11]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return str(value)
+    return "(bad varint)"
+
+
+def parse_payload(body: bytes | memoryview, verify_checksum: bool = True) -> PayloadSection:
+    """Split a SEND/MESSAGE body into metadata and payload, checking the CRC32C."""
+    view = memoryview(body)
+    pos = 0
+    if len(view) >= 2 and view[0] == 0x0E and view[1] == 0x02:
+        # Broker entry metadata precedes the checksummed section; skip it.
+        if len(view) < 6:
+            raise MalformedFrame("truncated broker entry metadata")
+        (size,) = _U32.unpack_from(view, 2)
+        pos = 6 + size
+    has_checksum = False
+    if len(view) - pos >= 6 and view[pos] == 0x0E and view[pos + 1] == 0x01:
+        _, expected = _MAGIC_CRC.unpack_from(view, pos)
+        pos += 6
+        has_checksum = True
+        if verify_checksum and crc32c(view[pos:]) != expected:
+            raise ChecksumMismatch("payload checksum does not match its frame")
+    if len(view) - pos < 4:
+        raise MalformedFrame("payload section too short for its metadata size")
+    (md_size,) = _U32.unpack_from(view, pos)
+    pos += 4
+    if md_size > len(view) - pos:
+        raise MalformedFrame(f"metadata size {md_size} runs past the end of the frame")
+    return PayloadSection(
+        bytes(view[pos : pos + md_size]), bytes(view[pos + md_size :]), has_checksum
+    )
+
+
+def parse_metadata(section: PayloadSection) -> pb.MessageMetadata:
+    metadata = pb.MessageMetadata()
+    try:
+        metadata.MergeFromString(section.metadata)
+    except DecodeError as exc:
+        raise MalformedFrame(f"message metadata does not parse: {exc}") from None
+    return metadata
+
+
+def build_entry(metadata: bytes, payload: bytes) -> bytes:
+    """The checksummed payload section: magic, CRC32C, metadata size, metadata, payload."""
+    tail = _U32.pack(len(metadata)) + metadata + payload
+    return _MAGIC_CRC.pack(MAGIC_CRC32C, crc32c(tail)) + tail
+
+
+def encode_command(command: BaseCommand) -> bytes:
+    data = command.SerializeToString()
+    return _TWO_U32.pack(len(data) + 4, len(data)) + data
+
+
+def encode_command_with_body(command: BaseCommand, body: bytes | memoryview) -> bytes:
+    """A command followed by raw bytes (a stored entry, or a PIP-371 reply body)."""
+    data = command.SerializeToString()
+    return b"".join((_TWO_U32.pack(len(data) + 4 + len(body), len(data)), data, body))
+
+
+def encode_payload_command(command: BaseCommand, metadata: bytes, payload: bytes) -> bytes:
+    return encode_command_with_body(command, build_entry(metadata, payload))
