@@ -15,3 +15,11 @@ class MalformedFrame(ProtocolError):
 
 class ChecksumMismatch(ProtocolError):
     """A payload's CRC32C does not match the checksum in its frame."""
+
+
+class UnknownCommand(ProtocolError):
+    """A well-formed frame whose command type this codec does not know."""
+
+    def __init__(self, command_type: int) -> None:
+        super().__init__(f"unknown or unsupported command type {command_type}")
+        self.command_type = command_type

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import crc32c as _crc32c
 from google.protobuf.message import DecodeError
 
-from magnetar.protocol.errors import ChecksumMismatch, FrameTooLarge, MalformedFrame
+from magnetar.protocol.errors import ChecksumMismatch, FrameTooLarge, MalformedFrame, UnknownCommand
 from magnetar.protocol.pb import BaseCommand, pb
 
 MAGIC_CRC32C = 0x0E01
@@ -34,10 +34,16 @@ crc32c = _crc32c.crc32c
 
 @dataclass(slots=True)
 class Frame:
-    """One decoded frame: the command and whatever bytes followed it."""
+    """One decoded frame: the command and whatever bytes followed it.
+
+    ``unknown_type`` is set (and ``command`` is empty) when the frame is well
+    formed but carries a command type this codec does not know; the stream stays
+    in sync, so the receiver can answer with an error instead of hanging up.
+    """
 
     command: BaseCommand
     body: bytes = b""
+    unknown_type: int | None = None
 
 
 @dataclass(slots=True)
@@ -94,9 +100,12 @@ class FrameDecoder:
             cmd_start = pos + 8
             body_start = cmd_start + cmd_size
             frame_end = pos + 4 + total
-            command = parse_command(bytes(buf[cmd_start:body_start]))
+            raw = bytes(buf[cmd_start:body_start])
             body = bytes(buf[body_start:frame_end]) if frame_end > body_start else b""
-            frames.append(Frame(command, body))
+            try:
+                frames.append(Frame(parse_command(raw), body))
+            except UnknownCommand as exc:
+                frames.append(Frame(BaseCommand(), b"", exc.command_type))
             pos = frame_end
         if pos:
             del buf[:pos]
@@ -110,7 +119,10 @@ def parse_command(data: bytes) -> BaseCommand:
     except DecodeError as exc:
         raise MalformedFrame(f"command does not parse: {exc}") from None
     if not command.HasField("type"):
-        raise MalformedFrame(f"unknown or unsupported command type {_raw_type(data)}")
+        raw_type = _raw_type(data)
+        if raw_type is None:
+            raise MalformedFrame("command has no type")
+        raise UnknownCommand(raw_type)
     if not command.IsInitialized():
         missing = ", ".join(command.FindInitializationErrors())
         raise MalformedFrame(
@@ -119,17 +131,17 @@ def parse_command(data: bytes) -> BaseCommand:
     return command
 
 
-def _raw_type(data: bytes) -> str:
-    """Best effort: read field 1 (the command type varint) from unparsed bytes."""
+def _raw_type(data: bytes) -> int | None:
+    """Read field 1 (the command type varint) from bytes whose type did not parse."""
     if len(data) < 2 or data[0] != 0x08:
-        return "(none)"
+        return None
     value = shift = 0
     for byte in data[1:11]:
         value |= (byte & 0x7F) << shift
         shift += 7
         if not byte & 0x80:
-            return str(value)
-    return "(bad varint)"
+            return value
+    return None
 
 
 def parse_payload(body: bytes | memoryview, verify_checksum: bool = True) -> PayloadSection:

@@ -1,0 +1,124 @@
+"""The admin HTTP server (aiohttp) running in the broker's event loop."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from magnetar.broker.topic_name import InvalidTopicName, TopicName
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
+
+log = logging.getLogger("magnetar.admin")
+
+
+def _topic(request: web.Request) -> TopicName:
+    domain = request.match_info["domain"]
+    try:
+        return TopicName.parse(
+            f"{domain}://{request.match_info['tenant']}/{request.match_info['namespace']}/"
+            f"{request.match_info['topic']}"
+        )
+    except InvalidTopicName as exc:
+        raise web.HTTPPreconditionFailed(reason=str(exc)) from None
+
+
+class AdminServer:
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self.app = web.Application()
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+        base = "/admin/v2/{domain}/{tenant}/{namespace}"
+        self.app.add_routes(
+            [
+                web.get("/metrics", self.metrics),
+                web.get("/metrics/", self.metrics),
+                web.get(base, self.list_topics),
+                web.get(base + "/partitioned", self.list_partitioned),
+                web.get(base + "/{topic}/stats", self.topic_stats),
+                web.get(base + "/{topic}/partitions", self.get_partitions),
+                web.put(base + "/{topic}/partitions", self.create_partitions),
+                web.put(base + "/{topic}", self.create_topic),
+                web.delete(base + "/{topic}", self.delete_topic),
+            ]
+        )
+
+    async def start(self) -> None:
+        config = self.service.config
+        self.runner = web.AppRunner(self.app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, config.admin_host, config.admin_port or 0)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else (config.admin_port or 0)
+        log.info("admin HTTP on http://%s:%d", config.admin_host, self.port)
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.service.config.admin_host}:{self.port}"
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.service.metrics.render(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    async def list_topics(self, request: web.Request) -> web.Response:
+        ns = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
+        mode = 0 if request.match_info["domain"] == "persistent" else 1
+        return web.json_response(self.service.topics_of_namespace(ns, mode))
+
+    async def list_partitioned(self, request: web.Request) -> web.Response:
+        prefix = (
+            f"{request.match_info['domain']}://{request.match_info['tenant']}/"
+            f"{request.match_info['namespace']}/"
+        )
+        names = [n for n in self.service.store.list_partitioned() if n.startswith(prefix)]
+        return web.json_response(sorted(names))
+
+    async def topic_stats(self, request: web.Request) -> web.Response:
+        name = _topic(request)
+        topic = self.service.find_topic(name)
+        if topic is None:
+            raise web.HTTPNotFound(reason=f"topic {name} not found")
+        return web.json_response(topic.stats_dict())
+
+    async def get_partitions(self, request: web.Request) -> web.Response:
+        name = _topic(request)
+        return web.json_response(
+            {"partitions": self.service.store.get_partitions(str(name)) or 0}
+        )
+
+    async def create_partitions(self, request: web.Request) -> web.Response:
+        name = _topic(request)
+        try:
+            count = int(await request.text())
+            self.service.create_partitioned_topic(str(name), count)
+        except FileExistsError as exc:
+            raise web.HTTPConflict(reason=str(exc)) from None
+        except ValueError as exc:
+            raise web.HTTPPreconditionFailed(reason=str(exc)) from None
+        return web.Response(status=204)
+
+    async def create_topic(self, request: web.Request) -> web.Response:
+        name = _topic(request)
+        self.service.get_topic(name, create=True)
+        return web.Response(status=204)
+
+    async def delete_topic(self, request: web.Request) -> web.Response:
+        name = _topic(request)
+        force = request.query.get("force", "false") == "true"
+        try:
+            await self.service.delete_topic(str(name), force=force)
+        except RuntimeError as exc:
+            raise web.HTTPPreconditionFailed(reason=str(exc)) from None
+        return web.Response(status=204)

@@ -1,0 +1,109 @@
+"""Broker settings, and how they are read: defaults < TOML file < MAGNETAR_* env < flags."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from magnetar.protocol.frames import DEFAULT_MAX_MESSAGE_SIZE
+
+
+@dataclass
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = 6650
+    advertised_address: str | None = None  # host[:port] clients are told to connect to
+    admin_port: int | None = 8080  # None or 0 disables the admin HTTP server (0 = any free port)
+    admin_host: str = "127.0.0.1"
+    data_dir: Path = field(default_factory=lambda: Path("./data"))
+    sync_policy: str = "always"  # "always" (fsync + group commit) or "interval"
+    sync_interval: float = 0.05
+    segment_max_bytes: int = 64 * 1024 * 1024
+    cache_max_bytes: int = 128 * 1024 * 1024
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    allow_auto_topic_creation: bool = True
+    default_partitions: int = 0  # >0: auto-created topics are partitioned with this count
+    keepalive_interval: float = 30.0  # seconds between pings; a peer silent for 2x is dropped
+    cursor_flush_interval: float = 1.0
+    retention_check_interval: float = 10.0
+    max_unacked_per_consumer: int = 50000
+    log_level: str = "INFO"
+    log_format: str = "json"  # "json" or "text"
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.advertised}"
+
+    @property
+    def advertised(self) -> str:
+        if self.advertised_address:
+            if ":" in self.advertised_address:
+                return self.advertised_address
+            return f"{self.advertised_address}:{self.port}"
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"{host}:{self.port}"
+
+    def validate(self) -> None:
+        if self.sync_policy not in ("always", "interval"):
+            raise ValueError(f"sync_policy must be 'always' or 'interval', not {self.sync_policy!r}")
+        if self.max_message_size <= 0:
+            raise ValueError("max_message_size must be positive")
+        if self.default_partitions < 0:
+            raise ValueError("default_partitions must be >= 0")
+
+
+def _coerce(name: str, kind: Any, value: Any) -> Any:
+    text = str(value)
+    kind_s = str(kind)
+    if "bool" in kind_s:
+        if isinstance(value, bool):
+            return value
+        return text.strip().lower() in ("1", "true", "yes", "on")
+    if "Path" in kind_s:
+        return Path(text)
+    if "int" in kind_s and "None" in kind_s:
+        return None if text.lower() in ("", "none", "off") else int(text)
+    if "int" in kind_s:
+        return int(text)
+    if "float" in kind_s:
+        return float(text)
+    if "None" in kind_s and text.lower() in ("", "none"):
+        return None
+    return text
+
+
+def load_config(
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> BrokerConfig:
+    """Layer the sources; unknown keys in the file or bad values raise ValueError."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    kinds = {f.name: f.type for f in fields(BrokerConfig)}
+    if config_file is not None:
+        with open(config_file, "rb") as fh:
+            data = tomllib.load(fh)
+        section = data.get("broker", data)
+        for key, value in section.items():
+            name = key.replace("-", "_")
+            if name not in kinds:
+                raise ValueError(f"{config_file}: unknown setting {key!r}")
+            values[name] = _coerce(name, kinds[name], value)
+    for name, kind in kinds.items():
+        env_key = f"MAGNETAR_{name.upper()}"
+        if env_key in env:
+            try:
+                values[name] = _coerce(name, kind, env[env_key])
+            except ValueError as exc:
+                raise ValueError(f"{env_key}: {exc}") from None
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = _coerce(name, kinds[name], value)
+    config = BrokerConfig(**values)
+    config.validate()
+    return config

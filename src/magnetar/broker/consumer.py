@@ -1,0 +1,50 @@
+"""A consumer attached to a subscription: permits, in-flight entries, identity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from magnetar.protocol.fastpath import encode_message_frame
+
+if TYPE_CHECKING:
+    from magnetar.broker.connection import ServerCnx
+    from magnetar.broker.subscription import Subscription
+
+
+@dataclass(eq=False)
+class Consumer:
+    cnx: ServerCnx
+    consumer_id: int
+    name: str
+    subscription: Subscription
+    priority_level: int = 0
+    consumer_epoch: int | None = None
+    hash_ranges: list[tuple[int, int]] | None = None  # Key_Shared STICKY ranges, inclusive
+    permits: int = 0
+    # entry id -> message count of the entry, for entries sent and not yet acked
+    pending: dict[int, int] = field(default_factory=dict)
+    messages_out: int = 0
+    bytes_out: int = 0
+    closed: bool = False
+
+    def can_receive(self, max_unacked: int) -> bool:
+        return (
+            self.permits > 0
+            and not self.closed
+            and self.cnx.writable
+            and len(self.pending) < max_unacked
+        )
+
+    def send_entry(
+        self, entry_id: int, message_id: bytes, entry: bytes, messages: int, redelivery_count: int
+    ) -> None:
+        self.permits -= messages
+        self.pending[entry_id] = messages
+        self.messages_out += messages
+        self.bytes_out += len(entry)
+        self.cnx.write(
+            encode_message_frame(
+                self.consumer_id, message_id, redelivery_count, entry, self.consumer_epoch
+            )
+        )

@@ -1,0 +1,47 @@
+"""What the broker needs to know about a stored entry, parsed once from its metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from magnetar.protocol.frames import parse_metadata, parse_payload
+from magnetar.protocol.murmur3 import sticky_key_hash
+from magnetar.protocol.pb import pb
+
+NONE_KEY_HASH = sticky_key_hash(b"NONE_KEY")
+
+
+@dataclass(slots=True, frozen=True)
+class EntryInfo:
+    num_messages: int
+    key_hash: int  # Key_Shared slot, 0..65535
+    deliver_at: int  # epoch ms, 0 when not delayed
+    publish_time: int  # epoch ms
+    producer_name: str
+    sequence_id: int
+
+
+def info_from_metadata(metadata: pb.MessageMetadata, num_messages: int | None = None) -> EntryInfo:
+    if metadata.HasField("ordering_key"):
+        key_hash = sticky_key_hash(metadata.ordering_key)
+    elif metadata.HasField("partition_key"):
+        key_hash = sticky_key_hash(metadata.partition_key)
+    else:
+        key_hash = NONE_KEY_HASH
+    count = num_messages if num_messages is not None else metadata.num_messages_in_batch
+    if not metadata.HasField("num_messages_in_batch") and num_messages is None:
+        count = 1
+    return EntryInfo(
+        max(count, 1),
+        key_hash,
+        metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0,
+        metadata.publish_time,
+        metadata.producer_name,
+        metadata.sequence_id,
+    )
+
+
+def info_from_entry(entry: bytes) -> EntryInfo:
+    """Parse an entry read back from storage (after a restart or a cache miss)."""
+    section = parse_payload(entry, verify_checksum=False)
+    return info_from_metadata(parse_metadata(section))

@@ -1,0 +1,281 @@
+"""BrokerService: the listening socket, the loaded topics, and the broker-wide timers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import shutil
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.connection import ServerCnx
+from magnetar.broker.metrics import BrokerMetrics
+from magnetar.broker.rpc import ReplyRouter
+from magnetar.broker.topic import Topic
+from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol.pb import pb
+from magnetar.storage import LedgerConfig, Store
+
+if TYPE_CHECKING:
+    from magnetar.broker.producer import Producer
+
+log = logging.getLogger("magnetar.broker")
+
+NON_PERSISTENT_DIR = "non-persistent-scratch"
+
+
+class BrokerService:
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] = time.time) -> None:
+        config.validate()
+        self.config = config
+        self.clock = clock
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.topics: dict[str, Topic] = {}
+        self.connections: set[ServerCnx] = set()
+        self.metrics = BrokerMetrics(self)
+        self.replies = ReplyRouter(self)
+        self._producer_seq = itertools.count()
+        self._server: asyncio.AbstractServer | None = None
+        self._timers: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.admin: object | None = None
+        ledger_config = LedgerConfig(
+            segment_max_bytes=config.segment_max_bytes,
+            cache_max_bytes=config.cache_max_bytes,
+            sync_policy=config.sync_policy,
+            sync_interval=config.sync_interval,
+        )
+        self.store = Store(config.data_dir, ledger_config)
+        scratch = config.data_dir / NON_PERSISTENT_DIR
+        self.scratch_store = Store(
+            scratch,
+            LedgerConfig(
+                segment_max_bytes=config.segment_max_bytes,
+                cache_max_bytes=config.cache_max_bytes,
+                sync_policy="interval",
+                sync_interval=1.0,
+            ),
+        )
+        self._scratch_dir = scratch
+
+    def clock_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        # Non-persistent topics keep nothing across restarts.
+        shutil.rmtree(self._scratch_dir, ignore_errors=True)
+        self._server = await self.loop.create_server(
+            lambda: ServerCnx(self), self.config.host, self.config.port, reuse_address=True
+        )
+        if self.config.port == 0:
+            self.config.port = self._server.sockets[0].getsockname()[1]
+        self._timers.append(self.loop.create_task(self._cursor_flusher()))
+        self._timers.append(self.loop.create_task(self._retention()))
+        if self.config.admin_port is not None:
+            from magnetar.admin.server import AdminServer
+
+            admin = AdminServer(self)
+            await admin.start()
+            self.admin = admin
+        log.info(
+            "magnetar broker listening on %s (data in %s, sync policy %s)",
+            self.config.service_url,
+            self.config.data_dir,
+            self.config.sync_policy,
+        )
+
+    @property
+    def service_url(self) -> str:
+        return self.config.service_url
+
+    async def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for task in self._timers:
+            task.cancel()
+        for cnx in list(self.connections):
+            cnx.close()
+        if self.admin is not None:
+            await self.admin.stop()  # type: ignore[attr-defined]
+        for topic in list(self.topics.values()):
+            try:
+                await topic.close()
+            except Exception:
+                log.exception("error closing topic %s", topic.name)
+        self.topics.clear()
+        if self._server is not None:
+            await self._server.wait_closed()
+        log.info("magnetar broker stopped")
+
+    async def _cursor_flusher(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.cursor_flush_interval)
+            for topic in list(self.topics.values()):
+                try:
+                    topic.ledger.flush_cursors()
+                except Exception:
+                    log.exception("flushing cursors of %s failed", topic.name)
+
+    async def _retention(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.retention_check_interval)
+            for topic in list(self.topics.values()):
+                try:
+                    removed = topic.ledger.trim_consumed()
+                    if removed:
+                        log.info("retention removed %d entries of %s", removed, topic.name)
+                except Exception:
+                    log.exception("retention on %s failed", topic.name)
+
+    # ------------------------------------------------------------ connections
+
+    def connection_opened(self, cnx: ServerCnx) -> None:
+        self.connections.add(cnx)
+
+    def connection_closed(self, cnx: ServerCnx) -> None:
+        self.connections.discard(cnx)
+
+    def generate_producer_name(self) -> str:
+        return f"standalone-{self.config.port}-{next(self._producer_seq)}"
+
+    # ------------------------------------------------------------ topics
+
+    def _store_for(self, name: TopicName) -> Store:
+        return self.store if name.persistent else self.scratch_store
+
+    def _exists(self, name: TopicName) -> bool:
+        return str(name) in self.topics or self._store_for(name).topic_dir(str(name)).exists()
+
+    def get_topic(self, name: TopicName, *, create: bool = True) -> Topic:
+        """The loaded topic, loading or creating it. LookupError if absent and not created."""
+        full = str(name)
+        topic = self.topics.get(full)
+        if topic is not None:
+            return topic
+        if name.partition_index < 0 and self.store.get_partitions(full):
+            raise ValueError(
+                f"topic {full} is partitioned; producers and consumers attach to its partitions"
+            )
+        if not self._exists(name):
+            base = name.partitioned_base
+            is_known_partition = (
+                name.partition_index >= 0
+                and (self.store.get_partitions(str(base)) or 0) > name.partition_index
+            )
+            if not is_known_partition and not (create and self.config.allow_auto_topic_creation):
+                raise LookupError(f"topic {full} does not exist")
+            log.info("creating topic %s", full)
+        store = self._store_for(name)
+        topic = Topic(
+            name,
+            store.open_ledger(full),
+            store.topic_metadata(full),
+            self.loop,
+            self.clock_ms,
+            self.config.max_unacked_per_consumer,
+        )
+        self.topics[full] = topic
+        return topic
+
+    def find_topic(self, name: TopicName) -> Topic | None:
+        try:
+            return self.get_topic(name, create=False)
+        except (LookupError, ValueError):
+            return None
+
+    def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        """Create ``topic`` with ``partitions`` partitions (Python API; admin REST uses it too)."""
+        if partitions < 1:
+            raise ValueError("a partitioned topic needs at least one partition")
+        name = TopicName.parse(topic)
+        if name.partition_index >= 0:
+            raise InvalidTopicName(f"{topic} is itself a partition name")
+        full = str(name)
+        if self.store.get_partitions(full):
+            raise FileExistsError(f"partitioned topic {full} already exists")
+        if self._exists(name):
+            raise FileExistsError(f"non-partitioned topic {full} already exists")
+        self.store.set_partitions(full, partitions)
+        for index in range(partitions):
+            self.get_topic(name.partition(index), create=True)
+        log.info("created partitioned topic %s with %d partitions", full, partitions)
+
+    def partitions_for_lookup(self, name: TopicName, auto_create: bool) -> int:
+        full = str(name)
+        known = self.store.get_partitions(full)
+        if known:
+            return known
+        if name.partition_index >= 0 or not name.persistent:
+            return 0
+        default = self.config.default_partitions
+        if (
+            default > 0
+            and auto_create
+            and self.config.allow_auto_topic_creation
+            and not self._exists(name)
+        ):
+            self.create_partitioned_topic(full, default)
+            return default
+        return 0
+
+    def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
+        prefix_parts = namespace.strip("/").split("/")
+        if len(prefix_parts) != 2:
+            return []
+        tenant, ns = prefix_parts
+        names: set[str] = set(self.topics)
+        names.update(self.store.list_topics())
+        for parent, count in self.store.list_partitioned().items():
+            base = TopicName.parse(parent)
+            names.update(str(base.partition(i)) for i in range(count))
+        out = []
+        for full in names:
+            try:
+                name = TopicName.parse(full)
+            except InvalidTopicName:
+                continue
+            if (name.tenant, name.namespace) != (tenant, ns):
+                continue
+            if mode == pb.CommandGetTopicsOfNamespace.PERSISTENT and not name.persistent:
+                continue
+            if mode == pb.CommandGetTopicsOfNamespace.NON_PERSISTENT and name.persistent:
+                continue
+            out.append(full)
+        return sorted(out)
+
+    def matching_topics(self, namespace: str, pattern: str) -> list[str]:
+        regex = re.compile(pattern)
+        return [t for t in self.topics_of_namespace(namespace, 2) if regex.match(t)]
+
+    async def delete_topic(self, topic: str, *, force: bool = False) -> None:
+        name = TopicName.parse(topic)
+        full = str(name)
+        loaded = self.topics.get(full)
+        if loaded is not None:
+            busy = loaded.producers or any(s.consumers for s in loaded.subscriptions.values())
+            if busy and not force:
+                raise RuntimeError(f"topic {full} has connected producers or consumers")
+            for sub in loaded.subscriptions.values():
+                for consumer in list(sub.consumers):
+                    consumer.cnx.consumer_closed_by_broker(consumer)
+            for producer in list(loaded.producers.values()):
+                producer.cnx.producer_fenced(producer)
+            await loaded.close()
+            del self.topics[full]
+        self._store_for(name).delete_topic(full)
+
+    # ------------------------------------------------------------ hooks
+
+    def on_producer_closed(self, topic: Topic, producer: Producer) -> None:
+        self.replies.producer_closed(topic, producer)

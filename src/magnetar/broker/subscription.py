@@ -1,0 +1,362 @@
+"""A subscription: its cursor, its consumers, and the dispatch loop that feeds them.
+
+Entries flow from the topic's ledger to consumers in entry order. An entry that
+was sent and not acknowledged is *pending* on one consumer; an entry that must
+go out again (negative ack, consumer gone, redeliver request) waits in the
+*replay* set, which is always served before new entries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from magnetar.broker.delayed import DelayedDeliveryTracker
+from magnetar.broker.dispatchers import (
+    SUB_TYPE_NAMES,
+    KeySharedDispatcher,
+    SingleActiveDispatcher,
+    SubType,
+    make_dispatcher,
+)
+from magnetar.protocol.pb import BaseCommand, pb
+
+if TYPE_CHECKING:
+    from magnetar.broker.consumer import Consumer
+    from magnetar.broker.topic import Topic
+
+log = logging.getLogger("magnetar.broker.subscription")
+
+MAX_ENTRIES_PER_ROUND = 2000
+MAX_KEY_SHARED_LOOKAHEAD = 10000
+
+
+class Cursor(Protocol):
+    mark_delete: int
+
+    def ack(self, entry_ids: Iterable[int]) -> None: ...
+    def ack_cumulative(self, entry_id: int) -> None: ...
+    def is_acked(self, entry_id: int) -> bool: ...
+    def reset(self, mark_delete: int) -> None: ...
+
+
+class SubscriptionError(Exception):
+    def __init__(self, error: int, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class Subscription:
+    def __init__(
+        self,
+        topic: Topic,
+        name: str,
+        sub_type: int,
+        cursor: Cursor,
+        durable: bool,
+        max_unacked: int,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.sub_type = sub_type
+        self.cursor = cursor
+        self.durable = durable
+        self.clock_ms = clock_ms
+        self.dispatcher = make_dispatcher(sub_type, max_unacked, topic.partition_index)
+        self.read_position = cursor.mark_delete + 1
+        self.replay: set[int] = set()
+        self.pending: dict[int, Consumer] = {}
+        self.redelivery_counts: dict[int, int] = {}
+        self.delayed = DelayedDeliveryTracker()
+        self._dispatch_scheduled = False
+        self._delay_timer: object | None = None
+        self._last_active: Consumer | None = None
+        self.messages_acked = 0
+
+    # ------------------------------------------------------------ consumers
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return self.dispatcher.consumers
+
+    @property
+    def type_name(self) -> str:
+        return SUB_TYPE_NAMES.get(self.sub_type, str(self.sub_type))
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        if self.consumers and self.sub_type == SubType.Exclusive:
+            raise SubscriptionError(
+                pb.ConsumerBusy,
+                f"Exclusive consumer is already connected to subscription '{self.name}'",
+            )
+        if isinstance(self.dispatcher, KeySharedDispatcher) and consumer.hash_ranges:
+            problem = self.dispatcher.check_ranges(consumer.hash_ranges)
+            if problem:
+                raise SubscriptionError(pb.ConsumerAssignError, problem)
+        self.dispatcher.add(consumer)
+        self._active_consumer_changed()
+        self.schedule_dispatch()
+
+    def check_type(self, sub_type: int) -> None:
+        if self.consumers and sub_type != self.sub_type:
+            raise SubscriptionError(
+                pb.ConsumerBusy,
+                f"Subscription '{self.name}' is of type {self.type_name}, "
+                f"not {SUB_TYPE_NAMES.get(sub_type, sub_type)}",
+            )
+
+    def change_type(self, sub_type: int) -> None:
+        """An idle subscription takes the type of its next consumer, as in Pulsar."""
+        if sub_type != self.sub_type and not self.consumers:
+            self.sub_type = sub_type
+            self.dispatcher = make_dispatcher(
+                sub_type, self.dispatcher.max_unacked, self.topic.partition_index
+            )
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        consumer.closed = True
+        self.dispatcher.remove(consumer)
+        self._return_pending(consumer, list(consumer.pending), count_redelivery=True)
+        self._active_consumer_changed()
+        self.schedule_dispatch()
+
+    def _active_consumer_changed(self) -> None:
+        if self.sub_type != SubType.Failover:
+            return
+        active = self.dispatcher.active_consumer()
+        if active is self._last_active:
+            return
+        previous = self._last_active
+        self._last_active = active
+        if previous is not None and not previous.closed and previous.pending:
+            # The new active consumer must see what the old one left unacknowledged.
+            self._return_pending(previous, list(previous.pending), count_redelivery=False)
+        for consumer in self.consumers:
+            consumer.cnx.write_command(
+                BaseCommand(
+                    type=BaseCommand.ACTIVE_CONSUMER_CHANGE,
+                    active_consumer_change=pb.CommandActiveConsumerChange(
+                        consumer_id=consumer.consumer_id, is_active=consumer is active
+                    ),
+                )
+            )
+
+    def notify_consumer_active(self, consumer: Consumer) -> None:
+        if self.sub_type == SubType.Failover:
+            consumer.cnx.write_command(
+                BaseCommand(
+                    type=BaseCommand.ACTIVE_CONSUMER_CHANGE,
+                    active_consumer_change=pb.CommandActiveConsumerChange(
+                        consumer_id=consumer.consumer_id,
+                        is_active=consumer is self.dispatcher.active_consumer(),
+                    ),
+                )
+            )
+
+    def _return_pending(
+        self, consumer: Consumer, entry_ids: Iterable[int], count_redelivery: bool
+    ) -> None:
+        counts = self.redelivery_counts
+        for entry_id in entry_ids:
+            if consumer.pending.pop(entry_id, None) is None:
+                continue
+            if self.pending.get(entry_id) is consumer:
+                del self.pending[entry_id]
+            if self.cursor.is_acked(entry_id):
+                continue
+            if count_redelivery:
+                counts[entry_id] = counts.get(entry_id, 0) + 1
+            self.replay.add(entry_id)
+
+    # ------------------------------------------------------------ flow and acks
+
+    def on_flow(self, consumer: Consumer, permits: int) -> None:
+        consumer.permits += permits
+        self.schedule_dispatch()
+
+    def ack_individual(self, consumer: Consumer, entry_ids: list[int]) -> None:
+        self.cursor.ack(entry_ids)
+        for entry_id in entry_ids:
+            owner = self.pending.pop(entry_id, None)
+            if owner is not None:
+                owner.pending.pop(entry_id, None)
+            self.redelivery_counts.pop(entry_id, None)
+            self.replay.discard(entry_id)
+            self.delayed.discard(entry_id)
+        self.messages_acked += len(entry_ids)
+        self.schedule_dispatch()
+
+    def ack_cumulative(self, consumer: Consumer, entry_id: int) -> None:
+        self.cursor.ack_cumulative(entry_id)
+        for pending_id in [e for e in self.pending if e <= entry_id]:
+            owner = self.pending.pop(pending_id)
+            owner.pending.pop(pending_id, None)
+        for counted in [e for e in self.redelivery_counts if e <= entry_id]:
+            del self.redelivery_counts[counted]
+        self.replay = {e for e in self.replay if e > entry_id}
+        if self.read_position <= entry_id:
+            self.read_position = entry_id + 1
+        self.schedule_dispatch()
+
+    def redeliver(self, consumer: Consumer, entry_ids: list[int] | None) -> None:
+        ids = list(consumer.pending) if entry_ids is None else entry_ids
+        self._return_pending(consumer, ids, count_redelivery=True)
+        self.schedule_dispatch()
+
+    # ------------------------------------------------------------ positions
+
+    def seek(self, entry_id: int) -> None:
+        """Move the subscription so that ``entry_id`` is the next entry delivered."""
+        for consumer in self.consumers:
+            consumer.pending.clear()
+        self.pending.clear()
+        self.replay.clear()
+        self.delayed.clear()
+        self.redelivery_counts.clear()
+        self.cursor.reset(entry_id - 1)
+        self.read_position = entry_id
+        self.schedule_dispatch()
+
+    def backlog(self) -> int:
+        last = self.topic.ledger.last_confirmed_entry_id
+        start = max(self.cursor.mark_delete + 1, self.topic.ledger.first_entry_id)
+        if last < start:
+            return 0
+        count = last - start + 1
+        acked_above = getattr(self.cursor, "acked_count_above_mark_delete", None)
+        if callable(acked_above):
+            count -= int(acked_above())
+        return max(count, 0)
+
+    # ------------------------------------------------------------ dispatch
+
+    def schedule_dispatch(self) -> None:
+        if not self._dispatch_scheduled and self.consumers:
+            self._dispatch_scheduled = True
+            self.topic.loop.call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._dispatch_scheduled = False
+        if not self.consumers:
+            return
+        try:
+            more = self._dispatch_round()
+        except Exception:
+            log.exception("dispatch failed on %s/%s", self.topic.name, self.name)
+            return
+        if more:
+            self.schedule_dispatch()
+
+    def _dispatch_round(self) -> bool:
+        """Send what the consumers can take; True if a further round has work."""
+        topic = self.topic
+        ledger = topic.ledger
+        cursor = self.cursor
+        dispatcher = self.dispatcher
+        pending = self.pending
+        ordered = dispatcher.ordered
+        uses_keys = dispatcher.uses_keys
+        honours_delay = self.sub_type in (SubType.Shared, SubType.Key_Shared)
+        now_ms = self.clock_ms()
+        budget = MAX_ENTRIES_PER_ROUND
+        blocked_keys: set[int] = set()
+
+        if self.delayed:
+            for entry_id in self.delayed.pop_due(now_ms):
+                self.replay.add(entry_id)
+
+        if self.replay:
+            for entry_id in sorted(self.replay):
+                if entry_id in pending or cursor.is_acked(entry_id) or entry_id < ledger.first_entry_id:
+                    self.replay.discard(entry_id)
+                    continue
+                info = topic.entry_info(entry_id)
+                if uses_keys and info.key_hash in blocked_keys:
+                    continue
+                consumer = dispatcher.pick(info.key_hash)
+                if consumer is None:
+                    if ordered:
+                        return False
+                    if uses_keys:
+                        blocked_keys.add(info.key_hash)
+                        continue
+                    break
+                self.replay.discard(entry_id)
+                self._send(consumer, entry_id, info.num_messages)
+                budget -= 1
+                if budget <= 0:
+                    return True
+            if self.replay and not uses_keys:
+                # Replays go first; new entries wait until they are out.
+                self._arm_delay_timer()
+                return False
+
+        last = ledger.last_confirmed_entry_id
+        position = max(self.read_position, ledger.first_entry_id)
+        while position <= last:
+            if position in pending or cursor.is_acked(position):
+                position += 1
+                continue
+            info = topic.entry_info(position)
+            if honours_delay and info.deliver_at and info.deliver_at > now_ms:
+                self.delayed.add(position, info.deliver_at)
+                position += 1
+                continue
+            if uses_keys and info.key_hash in blocked_keys:
+                if len(self.replay) >= MAX_KEY_SHARED_LOOKAHEAD:
+                    break
+                self.replay.add(position)
+                position += 1
+                continue
+            consumer = dispatcher.pick(info.key_hash)
+            if consumer is None:
+                if uses_keys and dispatcher.consumers and len(self.replay) < MAX_KEY_SHARED_LOOKAHEAD:
+                    blocked_keys.add(info.key_hash)
+                    self.replay.add(position)
+                    position += 1
+                    continue
+                break
+            self._send(consumer, position, info.num_messages)
+            position += 1
+            budget -= 1
+            if budget <= 0:
+                self.read_position = position
+                return True
+        self.read_position = position
+        self._arm_delay_timer()
+        return False
+
+    def _send(self, consumer: Consumer, entry_id: int, num_messages: int) -> None:
+        topic = self.topic
+        self.pending[entry_id] = consumer
+        consumer.send_entry(
+            entry_id,
+            topic.message_id_bytes(entry_id),
+            topic.ledger.read(entry_id),
+            num_messages,
+            self.redelivery_counts.get(entry_id, 0),
+        )
+        topic.stats.messages_out += num_messages
+
+    def _arm_delay_timer(self) -> None:
+        due = self.delayed.next_due_ms()
+        if due is None or self._delay_timer is not None:
+            return
+        delay = max(0.0, (due - self.clock_ms()) / 1000.0)
+
+        def fire() -> None:
+            self._delay_timer = None
+            self.schedule_dispatch()
+
+        self._delay_timer = self.topic.loop.call_later(delay, fire)
+
+    def close(self) -> None:
+        timer = self._delay_timer
+        if timer is not None:
+            timer.cancel()  # type: ignore[attr-defined]
+            self._delay_timer = None
+
+    def is_single_active(self) -> bool:
+        return isinstance(self.dispatcher, SingleActiveDispatcher)

@@ -1,0 +1,283 @@
+"""A topic (Pulsar's PersistentTopic): its ledger, producers, subscriptions and schemas.
+
+Publishing appends the entry exactly as received; the send receipt is written
+when the ledger reports the entry durable, and only then do dispatchers see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from magnetar.broker.entry_info import EntryInfo, info_from_entry
+from magnetar.broker.exclusive import ProducerAccess
+from magnetar.broker.nondurable_cursor import NonDurableCursor
+from magnetar.broker.schemas import SchemaRegistry
+from magnetar.broker.subscription import Subscription
+from magnetar.broker.topic_name import TopicName
+from magnetar.protocol.fastpath import encode_send_receipt, message_id_bytes
+from magnetar.protocol.message_id import MessageId
+from magnetar.protocol.pb import pb
+
+if TYPE_CHECKING:
+    from magnetar.broker.producer import Producer
+    from magnetar.storage import ManagedLedger, TopicMetadata
+
+log = logging.getLogger("magnetar.broker.topic")
+
+_INFO_CACHE_MAX = 200_000
+
+
+@dataclass
+class TopicStats:
+    messages_in: int = 0
+    bytes_in: int = 0
+    messages_out: int = 0
+
+
+class Topic:
+    def __init__(
+        self,
+        name: TopicName,
+        ledger: ManagedLedger,
+        metadata: TopicMetadata,
+        loop: asyncio.AbstractEventLoop,
+        clock_ms: Callable[[], int],
+        max_unacked: int,
+    ) -> None:
+        self.topic_name = name
+        self.name = str(name)
+        self.partition_index = name.partition_index
+        self.ledger = ledger
+        self.metadata = metadata
+        self.loop = loop
+        self.clock_ms = clock_ms
+        self.max_unacked = max_unacked
+        if not metadata.ledger_id:
+            metadata.ledger_id = max(1, clock_ms() // 1000)
+            metadata.save()
+        self.ledger_id = metadata.ledger_id
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.access = ProducerAccess(self)
+        self.schemas = SchemaRegistry(metadata)
+        self.stats = TopicStats()
+        self._info: dict[int, EntryInfo] = {}
+        self._mid_cache: dict[int, bytes] = {}
+        self.terminated = metadata.properties.get("terminated") == "true"
+        self.closed = False
+        for cursor_name in ledger.persisted_cursor_names():
+            cursor = ledger.open_cursor(cursor_name, ledger.first_entry_id - 1)
+            self.subscriptions[cursor_name] = Subscription(
+                self, cursor_name, pb.CommandSubscribe.Exclusive, cursor, True, max_unacked, clock_ms
+            )
+
+    # ------------------------------------------------------------ ids
+
+    def message_id_bytes(self, entry_id: int) -> bytes:
+        return message_id_bytes(self.ledger_id, entry_id, -1)
+
+    def message_id(self, entry_id: int, batch_index: int = -1) -> MessageId:
+        return MessageId(self.ledger_id, entry_id, batch_index, self.partition_index)
+
+    def entry_id_of(self, ledger_id: int, entry_id: int) -> int:
+        """Map a client's (ledger, entry) to our entry id; ids of other ledgers clamp."""
+        if ledger_id < self.ledger_id:
+            return -1
+        if ledger_id > self.ledger_id:
+            return self.ledger.next_entry_id
+        return entry_id
+
+    def entry_info(self, entry_id: int) -> EntryInfo:
+        info = self._info.get(entry_id)
+        if info is None:
+            info = info_from_entry(self.ledger.read(entry_id))
+            self._remember(entry_id, info)
+        return info
+
+    def _remember(self, entry_id: int, info: EntryInfo) -> None:
+        cache = self._info
+        cache[entry_id] = info
+        if len(cache) > _INFO_CACHE_MAX:
+            for old in list(cache)[: _INFO_CACHE_MAX // 4]:
+                del cache[old]
+
+    # ------------------------------------------------------------ publish
+
+    def publish(
+        self,
+        producer: Producer,
+        sequence_id: int,
+        highest_sequence_id: int,
+        entry: bytes,
+        info: EntryInfo,
+    ) -> None:
+        cnx = producer.cnx
+        producer_id = producer.producer_id
+        ledger_id = self.ledger_id
+        subscriptions = self.subscriptions
+
+        def on_durable(entry_id: int) -> None:
+            cnx.write(
+                encode_send_receipt(
+                    producer_id,
+                    sequence_id,
+                    message_id_bytes(ledger_id, entry_id, -1),
+                    highest_sequence_id,
+                )
+            )
+            for subscription in subscriptions.values():
+                subscription.schedule_dispatch()
+
+        entry_id = self.ledger.append(entry, on_durable)
+        self._remember(entry_id, info)
+        stats = self.stats
+        stats.messages_in += info.num_messages
+        stats.bytes_in += len(entry)
+        producer.messages_in += info.num_messages
+        producer.bytes_in += len(entry)
+
+    # ------------------------------------------------------------ subscriptions
+
+    def subscription(
+        self,
+        name: str,
+        sub_type: int,
+        durable: bool,
+        initial_position: int,
+        start_message_id: pb.MessageIdData | None,
+    ) -> Subscription:
+        existing = self.subscriptions.get(name)
+        if existing is not None:
+            existing.check_type(sub_type)
+            existing.change_type(sub_type)
+            return existing
+        ledger = self.ledger
+        if start_message_id is not None and not durable:
+            mark_delete = self._start_mark_delete(start_message_id)
+        elif initial_position == pb.CommandSubscribe.Earliest:
+            mark_delete = ledger.first_entry_id - 1
+        else:
+            mark_delete = ledger.last_confirmed_entry_id
+        if durable:
+            cursor: NonDurableCursor | object = ledger.open_cursor(name, mark_delete)
+        else:
+            cursor = NonDurableCursor(mark_delete)
+        sub = Subscription(
+            self, name, sub_type, cursor, durable, self.max_unacked, self.clock_ms  # type: ignore[arg-type]
+        )
+        self.subscriptions[name] = sub
+        log.info("created subscription %s on %s (%s)", name, self.name, sub.type_name)
+        return sub
+
+    def _start_mark_delete(self, start: pb.MessageIdData) -> int:
+        mid = MessageId.from_pb(start)
+        ledger = self.ledger
+        if mid.is_earliest or mid.ledger_id < 0:
+            return ledger.first_entry_id - 1
+        if mid.is_latest:
+            return ledger.last_confirmed_entry_id
+        entry_id = self.entry_id_of(mid.ledger_id, mid.entry_id)
+        # A batch may be only partly consumed: start at its entry and let the
+        # client skip the messages before the batch index.
+        if mid.batch_index >= 0:
+            entry_id -= 1
+        return max(min(entry_id, ledger.last_confirmed_entry_id), ledger.first_entry_id - 1)
+
+    def remove_subscription(self, name: str) -> None:
+        sub = self.subscriptions.pop(name, None)
+        if sub is None:
+            return
+        sub.close()
+        if sub.durable:
+            self.ledger.delete_cursor(name)
+
+    def maybe_drop_reader(self, sub: Subscription) -> None:
+        if not sub.durable and not sub.consumers:
+            self.subscriptions.pop(sub.name, None)
+            sub.close()
+
+    # ------------------------------------------------------------ queries
+
+    def last_message_id(self) -> MessageId:
+        last = self.ledger.last_confirmed_entry_id
+        if last < self.ledger.first_entry_id:
+            return MessageId(self.ledger_id if last >= 0 else -1, last, -1, self.partition_index)
+        info = self.entry_info(last)
+        batch_index = info.num_messages - 1 if info.num_messages > 1 else -1
+        return MessageId(self.ledger_id, last, batch_index, self.partition_index)
+
+    def find_by_publish_time(self, publish_time_ms: int) -> int:
+        """First entry whose publish time is >= the given time (binary search)."""
+        lo = self.ledger.first_entry_id
+        hi = self.ledger.last_confirmed_entry_id + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.entry_info(mid).publish_time < publish_time_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # ------------------------------------------------------------ lifecycle
+
+    def terminate(self) -> MessageId:
+        self.terminated = True
+        self.metadata.properties["terminated"] = "true"
+        self.metadata.save()
+        for sub in self.subscriptions.values():
+            sub.schedule_dispatch()
+        return self.last_message_id()
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for sub in self.subscriptions.values():
+            sub.close()
+        await self.ledger.close()
+
+    def stats_dict(self) -> dict[str, object]:
+        return {
+            "msgInCounter": self.stats.messages_in,
+            "bytesInCounter": self.stats.bytes_in,
+            "msgOutCounter": self.stats.messages_out,
+            "storageSize": self.ledger.size_bytes(),
+            "entries": self.ledger.entry_count(),
+            "topicEpoch": self.metadata.topic_epoch,
+            "exclusiveProducer": self.access.holder_name(),
+            "accessMode": self.access.mode_name(),
+            "publishers": [
+                {
+                    "producerName": p.name,
+                    "producerId": p.producer_id,
+                    "accessMode": p.access_mode_name,
+                    "msgInCounter": p.messages_in,
+                    "address": p.cnx.remote_address,
+                }
+                for p in self.producers.values()
+            ],
+            "subscriptions": {
+                name: {
+                    "type": sub.type_name,
+                    "durable": sub.durable,
+                    "msgBacklog": sub.backlog(),
+                    "unackedMessages": len(sub.pending),
+                    "markDeletePosition": str(sub.cursor.mark_delete),
+                    "consumers": [
+                        {
+                            "consumerName": c.name,
+                            "availablePermits": c.permits,
+                            "unackedMessages": len(c.pending),
+                            "msgOutCounter": c.messages_out,
+                            "address": c.cnx.remote_address,
+                        }
+                        for c in sub.consumers
+                    ],
+                }
+                for name, sub in self.subscriptions.items()
+            },
+        }

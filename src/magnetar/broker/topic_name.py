@@ -1,0 +1,86 @@
+"""Topic names: ``persistent://tenant/namespace/local``, ``non-persistent://...`` and short names."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PARTITION_SUFFIX = "-partition-"
+_PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
+_SEGMENT_RE = re.compile(r"^[A-Za-z0-9_.=:\-]+$")
+_LOCAL_FORBIDDEN = re.compile(r"[\x00-\x1f/]")
+
+
+class InvalidTopicName(ValueError):
+    """The name cannot denote a Pulsar topic; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicName:
+    domain: str
+    tenant: str
+    namespace: str
+    local: str
+
+    @classmethod
+    def parse(cls, name: str) -> TopicName:
+        if not name or not name.strip():
+            raise InvalidTopicName("topic name is empty")
+        if "://" in name:
+            domain, _, rest = name.partition("://")
+            if domain not in ("persistent", "non-persistent"):
+                raise InvalidTopicName(
+                    f"invalid topic domain {domain!r} in {name!r}: "
+                    "expected persistent:// or non-persistent://"
+                )
+            parts = rest.split("/", 2)
+            if len(parts) != 3:
+                raise InvalidTopicName(
+                    f"invalid topic name {name!r}: expected {domain}://tenant/namespace/topic"
+                )
+            tenant, namespace, local = parts
+        else:
+            parts = name.split("/")
+            if len(parts) == 1:
+                domain, tenant, namespace, local = "persistent", "public", "default", name
+            elif len(parts) == 3:
+                domain = "persistent"
+                tenant, namespace, local = parts
+            else:
+                raise InvalidTopicName(
+                    f"invalid short topic name {name!r}: use 'topic' or 'tenant/namespace/topic'"
+                )
+        for label, value in (("tenant", tenant), ("namespace", namespace)):
+            if not _SEGMENT_RE.match(value):
+                raise InvalidTopicName(f"invalid {label} {value!r} in topic name {name!r}")
+        if not local or _LOCAL_FORBIDDEN.search(local):
+            raise InvalidTopicName(f"invalid local topic name {local!r} in {name!r}")
+        return cls(domain, tenant, namespace, local)
+
+    @property
+    def persistent(self) -> bool:
+        return self.domain == "persistent"
+
+    @property
+    def namespace_name(self) -> str:
+        return f"{self.tenant}/{self.namespace}"
+
+    @property
+    def partition_index(self) -> int:
+        match = _PARTITION_RE.match(self.local)
+        return int(match.group(2)) if match else -1
+
+    @property
+    def partitioned_base(self) -> TopicName:
+        match = _PARTITION_RE.match(self.local)
+        if not match:
+            return self
+        return TopicName(self.domain, self.tenant, self.namespace, match.group(1))
+
+    def partition(self, index: int) -> TopicName:
+        return TopicName(
+            self.domain, self.tenant, self.namespace, f"{self.local}{PARTITION_SUFFIX}{index}"
+        )
+
+    def __str__(self) -> str:
+        return f"{self.domain}://{self.tenant}/{self.namespace}/{self.local}"

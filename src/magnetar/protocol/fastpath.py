@@ -1,0 +1,80 @@
+"""Hand-rolled encoders for the two frames on the broker's hot paths.
+
+MESSAGE (dispatch) and SEND_RECEIPT (publish) are written once per message, so
+they are encoded directly as protobuf wire bytes instead of building a
+``BaseCommand`` object each time. ``tests/protocol/test_fastpath.py`` checks the
+bytes against the generated code.
+"""
+
+from __future__ import annotations
+
+import struct
+
+_TWO_U32 = struct.Struct(">II")
+_TYPE_MESSAGE = b"\x08\x09"
+_TYPE_SEND_RECEIPT = b"\x08\x07"
+_FIELD_MESSAGE = 0x4A  # BaseCommand.message = 9, length-delimited
+_FIELD_SEND_RECEIPT = 0x3A  # BaseCommand.send_receipt = 7, length-delimited
+
+
+def varint(value: int) -> bytes:
+    if value < 0:
+        value &= (1 << 64) - 1
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def message_id_bytes(ledger_id: int, entry_id: int, partition: int, batch_index: int = -1) -> bytes:
+    body = b"\x08" + varint(ledger_id) + b"\x10" + varint(entry_id)
+    if partition >= 0:
+        body += b"\x18" + varint(partition)
+    if batch_index >= 0:
+        body += b"\x20" + varint(batch_index)
+    return body
+
+
+def encode_message_frame(
+    consumer_id: int,
+    message_id: bytes,
+    redelivery_count: int,
+    entry: bytes,
+    consumer_epoch: int | None = None,
+) -> bytes:
+    """MESSAGE command followed by a stored entry (magic number to end of payload).
+
+    ``message_id`` is the output of :func:`message_id_bytes`.
+    """
+    inner = b"\x08" + varint(consumer_id) + b"\x12" + varint(len(message_id)) + message_id
+    if redelivery_count:
+        inner += b"\x18" + varint(redelivery_count)
+    if consumer_epoch is not None:
+        inner += b"\x28" + varint(consumer_epoch)
+    cmd = _TYPE_MESSAGE + bytes((_FIELD_MESSAGE,)) + varint(len(inner)) + inner
+    return _TWO_U32.pack(len(cmd) + 4 + len(entry), len(cmd)) + cmd + entry
+
+
+def encode_send_receipt(
+    producer_id: int,
+    sequence_id: int,
+    message_id: bytes,
+    highest_sequence_id: int = 0,
+) -> bytes:
+    inner = (
+        b"\x08"
+        + varint(producer_id)
+        + b"\x10"
+        + varint(sequence_id)
+        + b"\x1a"
+        + varint(len(message_id))
+        + message_id
+    )
+    if highest_sequence_id:
+        inner += b"\x20" + varint(highest_sequence_id)
+    cmd = _TYPE_SEND_RECEIPT + bytes((_FIELD_SEND_RECEIPT,)) + varint(len(inner)) + inner
+    return _TWO_U32.pack(len(cmd) + 4, len(cmd)) + cmd
