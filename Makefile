@@ -32,9 +32,7 @@ unit: $(STAMP)
 
 # Regenerates the checked-in protobuf code; tests/protocol/test_generated_code.py fails when it is stale.
 proto: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -Iproto \
-		--python_out=src/magnetar/protocol/generated \
-		--pyi_out=src/magnetar/protocol/generated proto/magnetar_pulsar.proto
+	$(BIN)/python scripts/genproto.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -94,9 +94,7 @@ class AdminServer:
 
     async def get_partitions(self, request: web.Request) -> web.Response:
         name = _topic(request)
-        return web.json_response(
-            {"partitions": self.service.store.get_partitions(str(name)) or 0}
-        )
+        return web.json_response({"partitions": self.service.store.get_partitions(str(name)) or 0})
 
     async def create_partitions(self, request: web.Request) -> web.Response:
         name = _topic(request)

@@ -49,7 +49,9 @@ class BrokerConfig:
 
     def validate(self) -> None:
         if self.sync_policy not in ("always", "interval"):
-            raise ValueError(f"sync_policy must be 'always' or 'interval', not {self.sync_policy!r}")
+            raise ValueError(
+                f"sync_policy must be 'always' or 'interval', not {self.sync_policy!r}"
+            )
         if self.max_message_size <= 0:
             raise ValueError("max_message_size must be positive")
         if self.default_partitions < 0:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import socket
 import logging
+import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -357,7 +357,8 @@ class ServerCnx(asyncio.Protocol):
                 self._write_producer_success(existing, request.request_id)
                 return
             raise CommandError(
-                pb.NotAllowedError, f"producer id {producer_id} is already in use on this connection"
+                pb.NotAllowedError,
+                f"producer id {producer_id} is already in use on this connection",
             )
         name = self._topic_name(request.topic)
         topic = self._get_topic(name, create=True)
@@ -453,7 +454,9 @@ class ServerCnx(asyncio.Protocol):
         producer = self.producers.get(send.producer_id)
         if producer is None:
             self._send_error(
-                send, pb.NotAllowedError, f"producer id {send.producer_id} is not open on this connection"
+                send,
+                pb.NotAllowedError,
+                f"producer id {send.producer_id} is not open on this connection",
             )
             return
         if producer.fenced:
@@ -465,7 +468,9 @@ class ServerCnx(asyncio.Protocol):
             return
         if not producer.ready:
             self._send_error(
-                send, pb.NotAllowedError, f"producer '{producer.name}' is waiting for exclusive access"
+                send,
+                pb.NotAllowedError,
+                f"producer '{producer.name}' is waiting for exclusive access",
             )
             return
         body = frame.body
@@ -474,7 +479,8 @@ class ServerCnx(asyncio.Protocol):
             self._send_error(
                 send,
                 pb.NotAllowedError,
-                f"message of {len(body)} bytes exceeds the maximum message size of {max_size} bytes",
+                f"message of {len(body)} bytes exceeds the maximum message size "
+                f"of {max_size} bytes",
             )
             return
         try:
@@ -493,7 +499,9 @@ class ServerCnx(asyncio.Protocol):
         if topic.terminated:
             self._send_error(send, pb.TopicTerminatedError, f"topic {topic.name} is terminated")
             return
-        info = info_from_metadata(metadata, send.num_messages if send.HasField("num_messages") else None)
+        info = info_from_metadata(
+            metadata, send.num_messages if send.HasField("num_messages") else None
+        )
         topic.publish(producer, send.sequence_id, send.highest_sequence_id, body, info)
 
     def _send_error(self, send: pb.CommandSend, error: int, message: str) -> None:
@@ -617,7 +625,9 @@ class ServerCnx(asyncio.Protocol):
         consumer = self.consumers.get(ack.consumer_id)
         if consumer is None:
             if ack.HasField("request_id"):
-                self._ack_response(ack, pb.ConsumerNotFound, f"consumer {ack.consumer_id} not found")
+                self._ack_response(
+                    ack, pb.ConsumerNotFound, f"consumer {ack.consumer_id} not found"
+                )
             return
         if ack.HasField("reply_to_client"):
             try:
@@ -635,7 +645,9 @@ class ServerCnx(asyncio.Protocol):
             if sub.sub_type in (pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared):
                 if ack.HasField("request_id"):
                     self._ack_response(
-                        ack, pb.NotAllowedError, "cumulative ack is not allowed on shared subscriptions"
+                        ack,
+                        pb.NotAllowedError,
+                        "cumulative ack is not allowed on shared subscriptions",
                     )
                 return
             mid = ack.message_id[0]
@@ -781,7 +793,9 @@ class ServerCnx(asyncio.Protocol):
             response.msgBacklog = consumer.subscription.backlog()
             response.type = consumer.subscription.type_name
             response.address = self.remote_address
-        self.write_command(BaseCommand(type=T.CONSUMER_STATS_RESPONSE, consumerStatsResponse=response))
+        self.write_command(
+            BaseCommand(type=T.CONSUMER_STATS_RESPONSE, consumerStatsResponse=response)
+        )
 
     # ------------------------------------------------------------ schemas
 

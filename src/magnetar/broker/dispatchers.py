@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from magnetar.broker.consumer import Consumer
 
 SubType = pb.CommandSubscribe.SubType
-SUB_TYPE_NAMES = {
+SUB_TYPE_NAMES: dict[int, str] = {
     SubType.Exclusive: "Exclusive",
     SubType.Shared: "Shared",
     SubType.Failover: "Failover",
@@ -130,7 +130,9 @@ class KeySharedDispatcher(Dispatcher):
 
     def owner(self, key_hash: int) -> Consumer | None:
         for consumer in self.consumers:
-            if consumer.hash_ranges and any(lo <= key_hash <= hi for lo, hi in consumer.hash_ranges):
+            if consumer.hash_ranges and any(
+                lo <= key_hash <= hi for lo, hi in consumer.hash_ranges
+            ):
                 return consumer
         if not self._ring_hashes:
             return None

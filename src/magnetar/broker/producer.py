@@ -15,7 +15,7 @@ EXCLUSIVE = pb.Exclusive
 WAIT_FOR_EXCLUSIVE = pb.WaitForExclusive
 EXCLUSIVE_WITH_FENCING = pb.ExclusiveWithFencing
 
-ACCESS_MODE_NAMES = {
+ACCESS_MODE_NAMES: dict[int, str] = {
     SHARED: "Shared",
     EXCLUSIVE: "Exclusive",
     WAIT_FOR_EXCLUSIVE: "WaitForExclusive",

@@ -49,7 +49,7 @@ class SchemaRegistry:
         if schema.type in _BYTES_TYPES or schema.type == _AUTO_CONSUME:
             latest = self.latest()
             return latest.version if latest else None
-        properties = {kv.key: kv.value for kv in schema.properties}
+        properties = {str(kv.key): str(kv.value) for kv in schema.properties}  # type: ignore[attr-defined]
         for entry in self.metadata.schemas:
             if entry.type == schema.type and entry.data == schema.schema_data:
                 return entry.version
@@ -78,5 +78,5 @@ class SchemaRegistry:
             name=entry.name,
             schema_data=entry.data,
             type=entry.type,  # type: ignore[arg-type]
-            properties=[pb.KeyValue(key=k, value=v) for k, v in entry.properties.items()],
+            properties=[pb.KeyValue(key=k, value=v) for k, v in entry.properties.items()],  # type: ignore[misc]
         )

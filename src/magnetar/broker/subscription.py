@@ -104,7 +104,7 @@ class Subscription:
             raise SubscriptionError(
                 pb.ConsumerBusy,
                 f"Subscription '{self.name}' is of type {self.type_name}, "
-                f"not {SUB_TYPE_NAMES.get(sub_type, sub_type)}",
+                f"not {SUB_TYPE_NAMES.get(sub_type, str(sub_type))}",
             )
 
     def change_type(self, sub_type: int) -> None:
@@ -269,7 +269,11 @@ class Subscription:
 
         if self.replay:
             for entry_id in sorted(self.replay):
-                if entry_id in pending or cursor.is_acked(entry_id) or entry_id < ledger.first_entry_id:
+                if (
+                    entry_id in pending
+                    or cursor.is_acked(entry_id)
+                    or entry_id < ledger.first_entry_id
+                ):
                     self.replay.discard(entry_id)
                     continue
                 info = topic.entry_info(entry_id)
@@ -312,7 +316,11 @@ class Subscription:
                 continue
             consumer = dispatcher.pick(info.key_hash)
             if consumer is None:
-                if uses_keys and dispatcher.consumers and len(self.replay) < MAX_KEY_SHARED_LOOKAHEAD:
+                if (
+                    uses_keys
+                    and dispatcher.consumers
+                    and len(self.replay) < MAX_KEY_SHARED_LOOKAHEAD
+                ):
                     blocked_keys.add(info.key_hash)
                     self.replay.add(position)
                     position += 1

@@ -16,7 +16,7 @@ from magnetar.broker.entry_info import EntryInfo, info_from_entry
 from magnetar.broker.exclusive import ProducerAccess
 from magnetar.broker.nondurable_cursor import NonDurableCursor
 from magnetar.broker.schemas import SchemaRegistry
-from magnetar.broker.subscription import Subscription
+from magnetar.broker.subscription import Cursor, Subscription
 from magnetar.broker.topic_name import TopicName
 from magnetar.protocol.fastpath import encode_send_receipt, message_id_bytes
 from magnetar.protocol.message_id import MessageId
@@ -72,7 +72,13 @@ class Topic:
         for cursor_name in ledger.persisted_cursor_names():
             cursor = ledger.open_cursor(cursor_name, ledger.first_entry_id - 1)
             self.subscriptions[cursor_name] = Subscription(
-                self, cursor_name, pb.CommandSubscribe.Exclusive, cursor, True, max_unacked, clock_ms
+                self,
+                cursor_name,
+                pb.CommandSubscribe.Exclusive,
+                cursor,
+                True,
+                max_unacked,
+                clock_ms,
             )
 
     # ------------------------------------------------------------ ids
@@ -162,13 +168,12 @@ class Topic:
             mark_delete = ledger.first_entry_id - 1
         else:
             mark_delete = ledger.last_confirmed_entry_id
+        cursor: Cursor
         if durable:
-            cursor: NonDurableCursor | object = ledger.open_cursor(name, mark_delete)
+            cursor = ledger.open_cursor(name, mark_delete)
         else:
             cursor = NonDurableCursor(mark_delete)
-        sub = Subscription(
-            self, name, sub_type, cursor, durable, self.max_unacked, self.clock_ms  # type: ignore[arg-type]
-        )
+        sub = Subscription(self, name, sub_type, cursor, durable, self.max_unacked, self.clock_ms)
         self.subscriptions[name] = sub
         log.info("created subscription %s on %s (%s)", name, self.name, sub.type_name)
         return sub

@@ -1,4 +1,4 @@
-"""Topic names: ``persistent://tenant/namespace/local``, ``non-persistent://...`` and short names."""
+"""Topic names: ``persistent://tenant/ns/local``, ``non-persistent://...``, short names."""
 
 from __future__ import annotations
 

@@ -13,9 +13,7 @@ from magnetar.protocol.pb import pb
 _U32 = struct.Struct(">I")
 
 
-def split_batch(
-    payload: bytes, count: int
-) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
+def split_batch(payload: bytes, count: int) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
     """Cut an uncompressed batch payload into its ``count`` messages."""
     out: list[tuple[pb.SingleMessageMetadata, bytes]] = []
     view = memoryview(payload)

@@ -65,9 +65,13 @@ def encode_message_metadata(
 ) -> bytes:
     """A ``MessageMetadata`` (``producer_name`` already UTF-8 encoded)."""
     out = [
-        b"\x0a", varint(len(producer_name)), producer_name,
-        b"\x10", varint(sequence_id),
-        b"\x18", varint(publish_time),
+        b"\x0a",
+        varint(len(producer_name)),
+        producer_name,
+        b"\x10",
+        varint(sequence_id),
+        b"\x18",
+        varint(publish_time),
     ]
     if properties:
         out.append(encode_key_values(b"\x22", properties))

@@ -35,7 +35,9 @@ def compression_type(name: str | int | None) -> int:
     try:
         return _NAMES[name.lower()]
     except KeyError:
-        raise ValueError(f"unknown compression {name!r}; expected one of {sorted(_NAMES)}") from None
+        raise ValueError(
+            f"unknown compression {name!r}; expected one of {sorted(_NAMES)}"
+        ) from None
 
 
 def compress(kind: int, data: bytes) -> bytes:

@@ -124,7 +124,7 @@ def parse_command(data: bytes) -> BaseCommand:
             raise MalformedFrame("command has no type")
         raise UnknownCommand(raw_type)
     if not command.IsInitialized():
-        missing = ", ".join(command.FindInitializationErrors())
+        missing = ", ".join(command.FindInitializationErrors())  # type: ignore[attr-defined]
         raise MalformedFrame(
             f"command {pb.BaseCommand.Type.Name(command.type)} lacks required fields: {missing}"
         )

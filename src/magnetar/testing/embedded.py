@@ -60,7 +60,7 @@ class EmbeddedBroker:
             raise ValueError("mode must be 'thread' or 'subprocess'")
         self.mode = mode
         self._own_dir = data_dir is None
-        self.data_dir = Path(tempfile.mkdtemp(prefix="magnetar-")) if data_dir is None else Path(data_dir)
+        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="magnetar-"))
         self.port = port
         self.admin = admin
         self.admin_port: int | None = None
@@ -137,7 +137,7 @@ class EmbeddedBroker:
     # ------------------------------------------------------------ thread mode
 
     def _config(self) -> BrokerConfig:
-        settings = {"log_format": "text", "keepalive_interval": 30.0}
+        settings: dict[str, Any] = {"log_format": "text", "keepalive_interval": 30.0}
         settings.update(self.settings)
         return BrokerConfig(
             port=self.port,

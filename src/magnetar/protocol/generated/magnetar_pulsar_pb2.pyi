@@ -153,7 +153,6 @@ class Schema(_message.Message):
     __slots__ = ("name", "schema_data", "type", "properties")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
-        None: _ClassVar[Schema.Type]
         String: _ClassVar[Schema.Type]
         Json: _ClassVar[Schema.Type]
         Protobuf: _ClassVar[Schema.Type]
@@ -176,7 +175,6 @@ class Schema(_message.Message):
         ProtobufNative: _ClassVar[Schema.Type]
         AutoConsume: _ClassVar[Schema.Type]
         External: _ClassVar[Schema.Type]
-    None: Schema.Type
     String: Schema.Type
     Json: Schema.Type
     Protobuf: Schema.Type

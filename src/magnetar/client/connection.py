@@ -1,0 +1,477 @@
+"""One TCP connection to a broker: handshake, request/response matching, keepalive.
+
+A :class:`Connection` is an ``asyncio.Protocol``: bytes from the socket go through
+the sans-IO :class:`~magnetar.protocol.FrameDecoder` and each frame is dispatched
+at once — responses complete the future of their request id, the rest go to the
+producer or consumer registered under the id the frame names.  Writes are
+buffered and flushed once per event-loop iteration, so a burst of sends becomes
+one ``transport.write`` (one syscall).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from magnetar import __version__
+from magnetar.client.auth import Authentication
+from magnetar.client.errors import (
+    ConnectError,
+    ProtocolViolation,
+    PulsarError,
+    TimeoutError,
+    error_for_code,
+)
+from magnetar.protocol.client_codec import PING_FRAME, PONG_FRAME
+from magnetar.protocol.errors import ProtocolError
+from magnetar.protocol.frames import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    Frame,
+    FrameDecoder,
+    encode_command,
+    max_frame_size,
+)
+from magnetar.protocol.pb import BaseCommand, pb
+
+log = logging.getLogger("magnetar.client.connection")
+
+PROTOCOL_VERSION = 21
+CLIENT_VERSION = f"magnetar-python-{__version__}"
+T = BaseCommand.Type
+
+
+class ProducerListener(Protocol):
+    """What a connection calls on a producer registered with it."""
+
+    def _on_send_receipt(self, cmd: pb.CommandSendReceipt) -> None: ...
+    def _on_send_error(self, cmd: pb.CommandSendError) -> None: ...
+    def _on_close_producer(self) -> None: ...
+    def _on_request_receipt(self, cmd: pb.CommandRequestReceipt, body: bytes) -> None: ...
+    def _on_connection_closed(self, connection: Connection) -> None: ...
+
+
+class ConsumerListener(Protocol):
+    """What a connection calls on a consumer registered with it."""
+
+    def _on_message(self, cmd: pb.CommandMessage, body: bytes) -> None: ...
+    def _on_active_consumer_change(self, is_active: bool) -> None: ...
+    def _on_reached_end_of_topic(self) -> None: ...
+    def _on_close_consumer(self) -> None: ...
+    def _on_connection_closed(self, connection: Connection) -> None: ...
+
+
+# Response type -> (BaseCommand field, request id attribute)
+_RESPONSES: dict[int, str] = {
+    T.SUCCESS: "success",
+    T.PRODUCER_SUCCESS: "producer_success",
+    T.LOOKUP_RESPONSE: "lookupTopicResponse",
+    T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse",
+    T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
+    T.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
+    T.GET_SCHEMA_RESPONSE: "getSchemaResponse",
+    T.GET_OR_CREATE_SCHEMA_RESPONSE: "getOrCreateSchemaResponse",
+    T.CONSUMER_STATS_RESPONSE: "consumerStatsResponse",
+    T.ACK_RESPONSE: "ackResponse",
+}
+
+
+class _Pending:
+    __slots__ = ("future", "on_waiting", "timer")
+
+    def __init__(
+        self,
+        future: asyncio.Future[BaseCommand],
+        timer: asyncio.TimerHandle | None,
+        on_waiting: Callable[[BaseCommand], None] | None,
+    ) -> None:
+        self.future = future
+        self.timer = timer
+        self.on_waiting = on_waiting
+
+
+class Connection(asyncio.Protocol):
+    """A connection to one broker, shared by every producer and consumer on it."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        logical_url: str,
+        auth: Authentication | None = None,
+        keep_alive_interval: float = 30.0,
+        operation_timeout: float = 30.0,
+        proxy_to_broker_url: str | None = None,
+        ssl: Any = None,
+        on_close: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.logical_url = logical_url
+        self._auth = auth
+        self._keep_alive_interval = keep_alive_interval
+        self.operation_timeout = operation_timeout
+        self._proxy_to_broker_url = proxy_to_broker_url
+        self._ssl = ssl
+        self._on_close = on_close
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder(max_frame_size(DEFAULT_MAX_MESSAGE_SIZE))
+        self._wbuf: list[bytes] = []
+        self._flush_scheduled = False
+        self._pending: dict[int, _Pending] = {}
+        self._producers: dict[int, ProducerListener] = {}
+        self._consumers: dict[int, ConsumerListener] = {}
+        self._handshake: asyncio.Future[None] = self._loop.create_future()
+        self._request_ids = itertools.count()
+        self._keepalive_timer: asyncio.TimerHandle | None = None
+        self._last_received = self._loop.time()
+        self._waiting_for_pong = False
+        self.closed = False
+        self.close_reason: PulsarError | None = None
+        self.server_version = ""
+        self.protocol_version = 0
+        self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
+        self.supports_request_reply = False
+        self._handlers: dict[int, Callable[[Frame], None]] = {
+            T.CONNECTED: self._handle_connected,
+            T.ERROR: self._handle_error,
+            T.PING: self._handle_ping,
+            T.PONG: self._handle_pong,
+            T.SEND_RECEIPT: self._handle_send_receipt,
+            T.SEND_ERROR: self._handle_send_error,
+            T.MESSAGE: self._handle_message,
+            T.CLOSE_PRODUCER: self._handle_close_producer,
+            T.CLOSE_CONSUMER: self._handle_close_consumer,
+            T.ACTIVE_CONSUMER_CHANGE: self._handle_active_consumer_change,
+            T.REACHED_END_OF_TOPIC: self._handle_reached_end_of_topic,
+            T.AUTH_CHALLENGE: self._handle_auth_challenge,
+            T.REQUEST_RECEIPT: self._handle_request_receipt,
+            T.TOPIC_MIGRATED: self._handle_topic_migrated,
+        }
+        for kind in _RESPONSES:
+            self._handlers[kind] = self._handle_response
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.host}:{self.port} {'closed' if self.closed else 'open'}>"
+
+    # ------------------------------------------------------------------ opening
+
+    async def open(self, connection_timeout: float) -> None:
+        """Connect the socket and complete the CONNECT/CONNECTED handshake."""
+        try:
+            await asyncio.wait_for(
+                self._loop.create_connection(lambda: self, self.host, self.port, ssl=self._ssl),
+                connection_timeout,
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            self.closed = True
+            what = "timed out" if isinstance(exc, asyncio.TimeoutError) else str(exc)
+            raise ConnectError(f"cannot connect to {self.host}:{self.port}: {what}") from None
+        try:
+            await asyncio.wait_for(asyncio.shield(self._handshake), connection_timeout)
+        except asyncio.TimeoutError:
+            self.close(ConnectError(f"no CONNECTED from {self.host}:{self.port}"))
+            raise ConnectError(
+                f"broker {self.host}:{self.port} did not answer CONNECT within "
+                f"{connection_timeout}s"
+            ) from None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        cmd = BaseCommand(type=T.CONNECT)
+        connect = cmd.connect
+        connect.client_version = CLIENT_VERSION
+        connect.protocol_version = PROTOCOL_VERSION
+        connect.feature_flags.supports_auth_refresh = True
+        connect.feature_flags.supports_request_reply = True
+        if self._auth is not None and self._auth.method_name:
+            connect.auth_method_name = self._auth.method_name
+            connect.auth_data = self._auth.auth_data()
+        if self._proxy_to_broker_url:
+            connect.proxy_to_broker_url = self._proxy_to_broker_url
+        transport.write(encode_command(cmd))
+
+    # ------------------------------------------------------------------ writing
+
+    def write(self, data: bytes) -> bool:
+        """Queue bytes for the socket; they leave with the next flush (same loop turn)."""
+        if self.closed:
+            return False
+        self._wbuf.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        return True
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._wbuf or self._transport is None or self.closed:
+            self._wbuf.clear()
+            return
+        data = self._wbuf[0] if len(self._wbuf) == 1 else b"".join(self._wbuf)
+        self._wbuf.clear()
+        self._transport.write(data)
+
+    def send_command(self, cmd: BaseCommand) -> bool:
+        return self.write(encode_command(cmd))
+
+    def new_request_id(self) -> int:
+        return next(self._request_ids)
+
+    async def request(
+        self,
+        cmd: BaseCommand,
+        request_id: int,
+        *,
+        timeout: float | None = None,
+        on_waiting: Callable[[BaseCommand], None] | None = None,
+    ) -> BaseCommand:
+        """Send a command and wait for the response with the same request id.
+
+        An ERROR response raises the matching :class:`PulsarError`.  ``on_waiting``
+        receives an intermediate PRODUCER_SUCCESS with ``producer_ready=false``;
+        from then on the request waits without a timeout (PIP-68 WaitForExclusive).
+        """
+        if self.closed:
+            raise self.close_reason or ConnectError("connection is closed")
+        future: asyncio.Future[BaseCommand] = self._loop.create_future()
+        timeout = self.operation_timeout if timeout is None else timeout
+        timer = self._loop.call_later(timeout, self._request_timed_out, request_id, cmd.type)
+        self._pending[request_id] = _Pending(future, timer, on_waiting)
+        self.send_command(cmd)
+        try:
+            return await future
+        finally:
+            pending = self._pending.pop(request_id, None)
+            if pending is not None and pending.timer is not None:
+                pending.timer.cancel()
+
+    def _request_timed_out(self, request_id: int, kind: int) -> None:
+        pending = self._pending.pop(request_id, None)
+        if pending is not None and not pending.future.done():
+            pending.future.set_exception(
+                TimeoutError(
+                    f"{BaseCommand.Type.Name(kind)} (request {request_id}) got no answer from "
+                    f"{self.host}:{self.port} within {self.operation_timeout}s"
+                )
+            )
+
+    # ------------------------------------------------------------------ registry
+
+    def register_producer(self, producer_id: int, listener: ProducerListener) -> None:
+        self._producers[producer_id] = listener
+
+    def remove_producer(self, producer_id: int, listener: object | None = None) -> None:
+        if listener is None or self._producers.get(producer_id) is listener:
+            self._producers.pop(producer_id, None)
+
+    def register_consumer(self, consumer_id: int, listener: ConsumerListener) -> None:
+        self._consumers[consumer_id] = listener
+
+    def remove_consumer(self, consumer_id: int, listener: object | None = None) -> None:
+        if listener is None or self._consumers.get(consumer_id) is listener:
+            self._consumers.pop(consumer_id, None)
+
+    # ------------------------------------------------------------------ reading
+
+    def data_received(self, data: bytes) -> None:
+        self._last_received = self._loop.time()
+        self._waiting_for_pong = False
+        try:
+            frames = self._decoder.feed(data)
+        except ProtocolError as exc:
+            log.error("closing %r: %s", self, exc)
+            self.close(ProtocolViolation(f"broker sent an invalid frame: {exc}"))
+            return
+        handlers = self._handlers
+        for frame in frames:
+            handler = handlers.get(frame.command.type)
+            if handler is None:
+                log.debug("ignoring %s from %r", T.Name(frame.command.type), self)
+                continue
+            try:
+                handler(frame)
+            except Exception:  # a bug in one handler must not kill the connection
+                log.exception("error handling %s from %r", T.Name(frame.command.type), self)
+
+    def _handle_connected(self, frame: Frame) -> None:
+        connected = frame.command.connected
+        self.server_version = connected.server_version
+        self.protocol_version = connected.protocol_version
+        if connected.HasField("max_message_size"):
+            self.max_message_size = connected.max_message_size
+            self._decoder.max_frame_size = max_frame_size(self.max_message_size)
+        self.supports_request_reply = connected.feature_flags.supports_request_reply
+        if not self._handshake.done():
+            self._handshake.set_result(None)
+        self._schedule_keepalive()
+
+    def _handle_error(self, frame: Frame) -> None:
+        err = frame.command.error
+        exc = error_for_code(err.error, err.message)
+        if not self._handshake.done():
+            # An ERROR before CONNECTED refuses the connection (e.g. authentication).
+            self._handshake.set_exception(exc)
+            self.close(exc)
+            return
+        pending = self._pending.pop(err.request_id, None)
+        if pending is not None:
+            if pending.timer is not None:
+                pending.timer.cancel()
+            if not pending.future.done():
+                pending.future.set_exception(exc)
+
+    def _handle_response(self, frame: Frame) -> None:
+        cmd = frame.command
+        body = getattr(cmd, _RESPONSES[cmd.type])
+        pending = self._pending.get(body.request_id)
+        if pending is None:
+            return
+        if cmd.type == T.PRODUCER_SUCCESS and not body.producer_ready:
+            if pending.timer is not None:
+                pending.timer.cancel()
+                pending.timer = None
+            if pending.on_waiting is not None:
+                pending.on_waiting(cmd)
+            return
+        del self._pending[body.request_id]
+        if pending.timer is not None:
+            pending.timer.cancel()
+        if not pending.future.done():
+            pending.future.set_result(cmd)
+
+    def _handle_ping(self, frame: Frame) -> None:
+        self.write(PONG_FRAME)
+
+    def _handle_pong(self, frame: Frame) -> None:
+        pass  # data_received already noted the sign of life
+
+    def _handle_auth_challenge(self, frame: Frame) -> None:
+        cmd = BaseCommand(type=T.AUTH_RESPONSE)
+        cmd.authResponse.client_version = CLIENT_VERSION
+        cmd.authResponse.protocol_version = PROTOCOL_VERSION
+        auth = self._auth
+        cmd.authResponse.response.auth_method_name = auth.method_name if auth else ""
+        cmd.authResponse.response.auth_data = auth.auth_data() if auth else b""
+        self.send_command(cmd)
+
+    def _handle_send_receipt(self, frame: Frame) -> None:
+        receipt = frame.command.send_receipt
+        producer = self._producers.get(receipt.producer_id)
+        if producer is not None:
+            producer._on_send_receipt(receipt)
+
+    def _handle_send_error(self, frame: Frame) -> None:
+        err = frame.command.send_error
+        producer = self._producers.get(err.producer_id)
+        if producer is not None:
+            producer._on_send_error(err)
+
+    def _handle_request_receipt(self, frame: Frame) -> None:
+        receipt = frame.command.requestReceipt
+        producer = self._producers.get(receipt.reply_to_producer_id)
+        if producer is not None:
+            producer._on_request_receipt(receipt, frame.body)
+
+    def _handle_message(self, frame: Frame) -> None:
+        message = frame.command.message
+        consumer = self._consumers.get(message.consumer_id)
+        if consumer is not None:
+            consumer._on_message(message, frame.body)
+
+    def _handle_close_producer(self, frame: Frame) -> None:
+        producer = self._producers.pop(frame.command.close_producer.producer_id, None)
+        if producer is not None:
+            producer._on_close_producer()
+
+    def _handle_close_consumer(self, frame: Frame) -> None:
+        consumer = self._consumers.pop(frame.command.close_consumer.consumer_id, None)
+        if consumer is not None:
+            consumer._on_close_consumer()
+
+    def _handle_topic_migrated(self, frame: Frame) -> None:
+        migrated = frame.command.topicMigrated
+        if migrated.resource_type == pb.CommandTopicMigrated.Producer:
+            producer = self._producers.pop(migrated.resource_id, None)
+            if producer is not None:
+                producer._on_close_producer()
+        else:
+            consumer = self._consumers.pop(migrated.resource_id, None)
+            if consumer is not None:
+                consumer._on_close_consumer()
+
+    def _handle_active_consumer_change(self, frame: Frame) -> None:
+        change = frame.command.active_consumer_change
+        consumer = self._consumers.get(change.consumer_id)
+        if consumer is not None:
+            consumer._on_active_consumer_change(change.is_active)
+
+    def _handle_reached_end_of_topic(self, frame: Frame) -> None:
+        consumer = self._consumers.get(frame.command.reachedEndOfTopic.consumer_id)
+        if consumer is not None:
+            consumer._on_reached_end_of_topic()
+
+    # ------------------------------------------------------------------ keepalive
+
+    def _schedule_keepalive(self) -> None:
+        if self._keep_alive_interval > 0 and not self.closed:
+            self._keepalive_timer = self._loop.call_later(
+                self._keep_alive_interval, self._keepalive
+            )
+
+    def _keepalive(self) -> None:
+        if self.closed:
+            return
+        idle = self._loop.time() - self._last_received
+        if idle >= self._keep_alive_interval:
+            if self._waiting_for_pong:
+                log.warning("%r: no PONG within %ss, closing", self, self._keep_alive_interval)
+                self.close(ConnectError(f"broker {self.host}:{self.port} stopped answering PING"))
+                return
+            self._waiting_for_pong = True
+            self.write(PING_FRAME)
+        self._schedule_keepalive()
+
+    # ------------------------------------------------------------------ closing
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = self.close_reason or ConnectError(
+            f"connection to {self.host}:{self.port} lost" + (f": {exc}" if exc else "")
+        )
+        self._shutdown(reason)
+
+    def close(self, reason: PulsarError | None = None) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._flush()
+            self._transport.close()
+        self._shutdown(reason or ConnectError(f"connection to {self.host}:{self.port} closed"))
+
+    def _shutdown(self, reason: PulsarError) -> None:
+        if self.closed and self.close_reason is not None:
+            return
+        self.closed = True
+        self.close_reason = reason
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+        if not self._handshake.done():
+            self._handshake.set_exception(reason)
+            self._handshake.exception()  # mark retrieved
+        pending, self._pending = self._pending, {}
+        for entry in pending.values():
+            if entry.timer is not None:
+                entry.timer.cancel()
+            if not entry.future.done():
+                entry.future.set_exception(reason)
+        producers, self._producers = self._producers, {}
+        consumers, self._consumers = self._consumers, {}
+        for producer in producers.values():
+            producer._on_connection_closed(self)
+        for consumer in consumers.values():
+            consumer._on_connection_closed(self)
+        if self._on_close is not None:
+            self._on_close(self)

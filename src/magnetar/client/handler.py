@@ -1,0 +1,144 @@
+"""Keeping a producer or consumer attached to its topic's broker across reconnects.
+
+:class:`ConnectionHandler` looks the topic up, takes a pooled connection and asks
+the subclass to register itself there (PRODUCER / SUBSCRIBE).  When the
+connection goes away it tries again with exponential backoff until it succeeds,
+is closed, or meets an error that retrying cannot fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from magnetar.client.connection import Connection
+from magnetar.client.errors import (
+    AlreadyClosed,
+    AuthenticationError,
+    AuthorizationError,
+    IncompatibleSchema,
+    InvalidTopicName,
+    NotAllowed,
+    ProducerFenced,
+    PulsarError,
+    TopicTerminated,
+    TransactionError,
+    is_retriable,
+)
+
+if TYPE_CHECKING:
+    from magnetar.client.client import Client
+
+log = logging.getLogger("magnetar.client")
+
+# Errors that end a producer or consumer for good when met on reconnection.
+_FATAL_ON_RECONNECT = (
+    AlreadyClosed,
+    AuthenticationError,
+    AuthorizationError,
+    IncompatibleSchema,
+    InvalidTopicName,
+    NotAllowed,
+    ProducerFenced,
+    TopicTerminated,
+    TransactionError,
+)
+
+
+class ConnectionHandler:
+    """Base of the per-topic producer and consumer: owns ``_conn`` and reconnection."""
+
+    def __init__(self, client: Client, topic: str) -> None:
+        self._client = client
+        self.topic = topic
+        self._loop = asyncio.get_running_loop()
+        self._conn: Connection | None = None
+        self._closed = False
+        self._failed: PulsarError | None = None
+        self._establishing = False
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._backoff = client._new_backoff()
+        self._reconnects = 0
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    async def _connection_opened(self, conn: Connection) -> None:
+        """Register on ``conn``; set ``self._conn`` on success, raise on failure."""
+        raise NotImplementedError
+
+    def _connection_lost(self) -> None:
+        """The current connection is gone (a reconnect is scheduled next)."""
+
+    def _fatal(self, exc: PulsarError) -> None:
+        """Reconnection failed for good."""
+        self._failed = exc
+
+    # ------------------------------------------------------------------ machinery
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    async def _connect_first(self) -> None:
+        """The first attachment: retriable errors are retried within the operation timeout."""
+        deadline = self._loop.time() + self._client.operation_timeout
+        await self._connect_loop(deadline)
+
+    async def _connect_loop(self, deadline: float | None) -> None:
+        self._establishing = True
+        try:
+            while True:
+                if self._closed:
+                    raise AlreadyClosed(f"{self.topic}: closed")
+                try:
+                    logical, physical = await self._client._lookup.get_broker(self.topic)
+                    conn = await self._client._pool.get(logical, physical)
+                    await self._connection_opened(conn)
+                    self._backoff.reset()
+                    return
+                except PulsarError as exc:
+                    if deadline is not None:
+                        if not is_retriable(exc):
+                            raise
+                    elif isinstance(exc, _FATAL_ON_RECONNECT):
+                        raise
+                    delay = self._backoff.next()
+                    if deadline is not None and self._loop.time() + delay > deadline:
+                        raise
+                    log.info("%s: cannot attach (%s: %s), retrying in %.2fs",
+                             self.topic, type(exc).__name__, exc, delay)
+                    await asyncio.sleep(delay)
+        finally:
+            self._establishing = False
+
+    def _on_connection_closed(self, connection: Connection) -> None:
+        if connection is not self._conn:
+            return
+        self._conn = None
+        self._connection_lost()
+        self._schedule_reconnect()
+
+    def _schedule_reconnect(self) -> None:
+        if self._closed or self._failed is not None or self._establishing:
+            return
+        if self._reconnect_task is not None and not self._reconnect_task.done():
+            return
+        self._reconnect_task = self._loop.create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        self._reconnects += 1
+        await asyncio.sleep(self._backoff.next())
+        try:
+            await self._connect_loop(None)
+        except AlreadyClosed:
+            pass
+        except PulsarError as exc:
+            log.error("%s: giving up reconnecting: %s: %s", self.topic, type(exc).__name__, exc)
+            self._fatal(exc)
+
+    def _stop_reconnecting(self) -> None:
+        task = self._reconnect_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+        self._reconnect_task = None

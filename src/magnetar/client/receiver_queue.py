@@ -1,0 +1,86 @@
+"""The consumer's receiver queue: prefetched messages waiting for ``receive()``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class ReceiverQueue(Generic[T]):
+    """A FIFO whose getters wait; unlike ``asyncio.Queue`` it can drop items selectively
+    (a sub-consumer that reconnects discards what it had prefetched)."""
+
+    __slots__ = ("_closed", "_items", "_waiters")
+
+    def __init__(self) -> None:
+        self._items: deque[T] = deque()
+        self._waiters: deque[asyncio.Future[T]] = deque()
+        self._closed: BaseException | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item: T) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(item)
+                return
+        self._items.append(item)
+
+    def get_nowait(self) -> T | None:
+        if self._items:
+            return self._items.popleft()
+        return None
+
+    def peek(self) -> T | None:
+        return self._items[0] if self._items else None
+
+    async def get(self, timeout: float | None = None) -> T:
+        """The next item; raises ``asyncio.TimeoutError`` after ``timeout`` seconds."""
+        if self._items:
+            return self._items.popleft()
+        if self._closed is not None:
+            raise self._closed
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            if timeout is None:
+                return await waiter
+            return await asyncio.wait_for(waiter, timeout)
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                # The item arrived as we were cancelled: keep it for the next getter.
+                self._items.appendleft(waiter.result())
+            else:
+                waiter.cancel()
+            try:
+                self._waiters.remove(waiter)
+            except ValueError:
+                pass
+            raise
+
+    def remove_if(self, predicate: Callable[[T], bool]) -> int:
+        """Drop queued items matching ``predicate``; returns how many."""
+        before = len(self._items)
+        if before:
+            kept = [item for item in self._items if not predicate(item)]
+            self._items.clear()
+            self._items.extend(kept)
+        return before - len(self._items)
+
+    def close(self, exc: BaseException) -> None:
+        self._closed = exc
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(exc)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None

@@ -1,0 +1,41 @@
+"""magnetar's storage layer: per-topic append-only ledgers, durable cursors, metadata.
+
+Pure Python on files: asyncio for the write pipeline, worker threads for fdatasync,
+and nothing about sockets or the Pulsar protocol.  Entries are opaque bytes (the
+broker stores them exactly as they came off the wire).
+
+- ``ManagedLedger`` (ledger.py): segment files with CRC-checked records, group
+  commit, a bounded tail cache, trimming, and the topic's cursors.
+- ``ManagedCursor`` (cursor.py): a subscription's mark-delete position and
+  individually acknowledged ranges.
+- ``TopicMetadata`` (metadata.py): ledger id, topic epoch, properties, schemas.
+- ``Store`` (store.py): where everything lives under the data directory, and the
+  partitioned-topic registry.
+"""
+
+from magnetar.storage.cursor import ManagedCursor
+from magnetar.storage.errors import (
+    EntryNotFound,
+    LedgerClosed,
+    LedgerFailed,
+    StorageCorruption,
+    StorageError,
+)
+from magnetar.storage.ledger import LedgerConfig, LedgerStats, ManagedLedger
+from magnetar.storage.metadata import SchemaEntry, TopicMetadata
+from magnetar.storage.store import Store
+
+__all__ = [
+    "EntryNotFound",
+    "LedgerClosed",
+    "LedgerConfig",
+    "LedgerFailed",
+    "LedgerStats",
+    "ManagedCursor",
+    "ManagedLedger",
+    "SchemaEntry",
+    "StorageCorruption",
+    "StorageError",
+    "Store",
+    "TopicMetadata",
+]

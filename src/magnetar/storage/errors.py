@@ -1,0 +1,31 @@
+"""Exceptions raised by the storage layer.
+
+``EntryNotFound`` is a ``KeyError`` because it answers "no such key" (an entry id that
+was trimmed or is not readable yet); every other failure derives from ``StorageError``.
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class for storage failures other than a missing entry."""
+
+
+class StorageCorruption(StorageError):
+    """Data on disk is damaged in a way recovery must not paper over."""
+
+
+class EntryNotFound(KeyError):
+    """The entry id was trimmed, or is beyond the last confirmed entry."""
+
+
+class LedgerClosed(StorageError):
+    """The ledger was closed or deleted; it accepts no more work."""
+
+
+class LedgerFailed(StorageError):
+    """A write or fsync failed; the ledger refuses appends from then on.
+
+    After a failed fsync the kernel may have dropped dirty pages, so nothing written
+    since the last good sync can be trusted: the only safe answer is to stop.
+    """

@@ -1,0 +1,81 @@
+"""File-system helpers with every durability step spelled out.
+
+Owns the small system-call sequences the rest of the package relies on: writing a
+buffer completely, writing many buffers with one ``writev``, fsyncing a directory so a
+create/rename/unlink survives a crash, and replacing a file atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+Buffer = bytes | bytearray | memoryview
+
+# fdatasync skips the inode timestamps that fsync would also flush; the file size is
+# still made durable, which is all an append-only file needs.  (macOS lacks it.)
+fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+try:
+    _IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))
+except (AttributeError, ValueError, OSError):  # pragma: no cover - not on Linux
+    _IOV_MAX = 1024
+
+
+def write_all(fd: int, data: Buffer) -> None:
+    """Write all of ``data`` at the file position, looping over short writes."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def writev_all(fd: int, parts: Sequence[Buffer]) -> None:
+    """Write ``parts`` back to back with as few ``writev`` calls as possible.
+
+    ``writev`` spares the copy a ``b"".join`` would make of every payload; a regular
+    file only returns short on ENOSPC-like conditions, so the partial path is rare.
+    """
+    index = 0
+    count = len(parts)
+    while index < count:
+        chunk = parts[index : index + _IOV_MAX]
+        written = os.writev(fd, chunk)
+        index += len(chunk)
+        if written == sum(map(len, chunk)):
+            continue
+        # Short write: finish the part that was cut, then go on with the next ones.
+        for position, part in enumerate(chunk):
+            if written >= len(part):
+                written -= len(part)
+                continue
+            write_all(fd, memoryview(part)[written:])
+            index = index - len(chunk) + position + 1
+            break
+
+
+def fsync_dir(path: Path) -> None:
+    """Make creations, renames and removals inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves either the old or the new file.
+
+    Write a sibling temporary file, fsync it, rename it over the target, then fsync
+    the directory so the rename itself is durable.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

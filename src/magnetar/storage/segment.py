@@ -1,0 +1,116 @@
+"""One segment file of a ledger: its name, its open file and its in-memory index.
+
+A segment holds consecutive entries starting at ``first_entry_id`` (which is also its
+file name, zero-padded so names sort by id).  The index is an ``array('Q')`` of record
+offsets; the end of a record is the start of the next one (or the file's size), so
+reads know every length without touching the header again.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from array import array
+from pathlib import Path
+
+from magnetar.storage.errors import StorageCorruption
+from magnetar.storage.record import HEADER_SIZE, ScanResult, scan_records
+
+SUFFIX = ".seg"
+
+
+def segment_path(directory: Path, first_entry_id: int) -> Path:
+    return directory / f"{first_entry_id:020d}{SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The first entry id encoded in a segment file name, or None for other files."""
+    stem, dot, ext = name.rpartition(".")
+    if not dot or "." + ext != SUFFIX or len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+def scan_file(path: Path) -> ScanResult:
+    """Scan a segment file through a read-only mapping (no copy of its contents)."""
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size == 0:
+            return scan_records(b"")
+        with (mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) as mapped,
+              memoryview(mapped) as view):
+            return scan_records(view)
+
+
+class Segment:
+    """A segment file open for reading (and for appending while it is the active one)."""
+
+    __slots__ = ("fd", "first_entry_id", "offsets", "path", "size")
+
+    def __init__(self, path: Path, first_entry_id: int, fd: int,
+                 offsets: array[int] | None = None, size: int = 0) -> None:
+        self.path = path
+        self.first_entry_id = first_entry_id
+        self.fd = fd
+        self.offsets: array[int] = offsets if offsets is not None else array("Q")
+        self.size = size  # bytes of good records; appends go here
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def end_entry_id(self) -> int:
+        """One past the last entry id of the segment."""
+        return self.first_entry_id + len(self.offsets)
+
+    @property
+    def last_entry_id(self) -> int:
+        return self.first_entry_id + len(self.offsets) - 1
+
+    def _record_end(self, index: int) -> int:
+        offsets = self.offsets
+        return offsets[index + 1] if index + 1 < len(offsets) else self.size
+
+    def read(self, index: int) -> bytes:
+        """The data of the ``index``-th record (relative to the segment)."""
+        start = self.offsets[index] + HEADER_SIZE
+        length = self._record_end(index) - start
+        data = os.pread(self.fd, length, start)
+        if len(data) != length:
+            raise StorageCorruption(f"{self.path}: short read at offset {start}")
+        return data
+
+    def read_run(self, first: int, last: int, max_bytes: int, at_least_one: bool) -> list[bytes]:
+        """Records ``first..last`` (inclusive, segment-relative) while they fit ``max_bytes``.
+
+        One ``pread`` covers the whole run: a single system call beats one per entry
+        even though slicing the entries out of it costs a copy.
+        """
+        offsets = self.offsets
+        stop = first
+        total = 0
+        while stop <= last:
+            length = self._record_end(stop) - offsets[stop] - HEADER_SIZE
+            if total + length > max_bytes and not (at_least_one and stop == first):
+                break
+            total += length
+            stop += 1
+        if stop == first:
+            return []
+        if stop == first + 1:
+            return [self.read(first)]
+        base = offsets[first]
+        span = self._record_end(stop - 1) - base
+        blob = os.pread(self.fd, span, base)
+        if len(blob) != span:
+            raise StorageCorruption(f"{self.path}: short read at offset {base}")
+        out = []
+        for index in range(first, stop):
+            out.append(blob[offsets[index] - base + HEADER_SIZE : self._record_end(index) - base])
+        return out
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

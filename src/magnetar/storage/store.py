@@ -1,0 +1,154 @@
+"""Store: the layout of the data directory.
+
+::
+
+    root/<domain>/<tenant>/<namespace>/<quoted local name>/   one topic: its ledger,
+                                                               cursors and metadata.json
+    root/partitioned/<tenant>/<namespace>/<quoted local name>.json   partition counts
+
+Local names are percent-quoted (``/`` and odd characters become ``%xx``, and the names
+``.`` and ``..`` get their dots quoted too), so any topic name maps to one directory
+and quoting is reversible.  Tenant and namespace must be plain Pulsar names.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from concurrent.futures import Executor
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from magnetar.storage.errors import StorageCorruption
+from magnetar.storage.fsutil import atomic_write, fsync_dir
+from magnetar.storage.ledger import LedgerConfig, ManagedLedger
+from magnetar.storage.metadata import TopicMetadata
+
+DOMAINS = ("persistent", "non-persistent")
+PARTITIONED_DIR = "partitioned"
+METADATA_FILE = "metadata.json"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_=:.\-]+")
+
+
+def parse_topic(topic: str) -> tuple[str, str, str, str]:
+    """Split ``domain://tenant/namespace/local`` (local may contain ``/``)."""
+    domain, sep, rest = topic.partition("://")
+    parts = rest.split("/", 2)
+    if not sep or domain not in DOMAINS or len(parts) != 3 or not parts[2]:
+        raise ValueError(f"not a full topic name: {topic!r}")
+    tenant, namespace, local = parts
+    for part in (tenant, namespace):
+        if not _PLAIN_NAME.fullmatch(part) or part in (".", ".."):
+            raise ValueError(f"invalid tenant or namespace {part!r} in {topic!r}")
+    return domain, tenant, namespace, local
+
+
+def quote_name(name: str) -> str:
+    quoted = quote(name, safe="")
+    if quoted in (".", ".."):
+        quoted = quoted.replace(".", "%2E")
+    return quoted
+
+
+class Store:
+    """The data directory: where each topic's ledger and metadata live."""
+
+    def __init__(self, root: Path, config: LedgerConfig, *,
+                 executor: Executor | None = None) -> None:
+        self.root = Path(root)
+        self.config = config
+        self._executor = executor  # for the ledgers' fdatasyncs; None = loop default
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def topic_dir(self, topic: str) -> Path:
+        domain, tenant, namespace, local = parse_topic(topic)
+        return self.root / domain / tenant / namespace / quote_name(local)
+
+    def open_ledger(self, topic: str) -> ManagedLedger:
+        return ManagedLedger.open(self.topic_dir(topic), self.config, executor=self._executor)
+
+    def topic_metadata(self, topic: str) -> TopicMetadata:
+        return TopicMetadata.load(self.topic_dir(topic) / METADATA_FILE)
+
+    def list_topics(self) -> list[str]:
+        """Full names of the topics that have a directory on disk."""
+        topics = []
+        for domain in DOMAINS:
+            for tenant, namespace, entry in self._walk(self.root / domain):
+                if entry.is_dir():
+                    topics.append(f"{domain}://{tenant}/{namespace}/{unquote(entry.name)}")
+        return sorted(topics)
+
+    def delete_topic(self, topic: str) -> None:
+        """Remove the topic's directory (close its ledger first); no error if absent."""
+        directory = self.topic_dir(topic)
+        if directory.exists():
+            shutil.rmtree(directory)
+            fsync_dir(directory.parent)
+
+    # ------------------------------------------------- partitioned-topic registry
+
+    def _partitioned_path(self, topic: str) -> Path:
+        _, tenant, namespace, local = parse_topic(topic)
+        return self.root / PARTITIONED_DIR / tenant / namespace / (quote_name(local) + ".json")
+
+    def set_partitions(self, topic: str, partitions: int) -> None:
+        if partitions < 0:
+            raise ValueError("partitions must not be negative")
+        path = self._partitioned_path(topic)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The full name is stored too: the path alone does not say which domain it is.
+        atomic_write(path, json.dumps({"topic": topic, "partitions": partitions}).encode())
+
+    def get_partitions(self, topic: str) -> int | None:
+        path = self._partitioned_path(topic)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        return self._read_partitioned(path, raw)[1]
+
+    def delete_partitioned(self, topic: str) -> None:
+        path = self._partitioned_path(topic)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        fsync_dir(path.parent)
+
+    def list_partitioned(self) -> dict[str, int]:
+        registry = {}
+        for _, _, entry in self._walk(self.root / PARTITIONED_DIR):
+            if entry.is_file() and entry.name.endswith(".json"):
+                topic, partitions = self._read_partitioned(entry, entry.read_bytes())
+                registry[topic] = partitions
+        return registry
+
+    def _read_partitioned(self, path: Path, raw: bytes) -> tuple[str, int]:
+        try:
+            doc = json.loads(raw)
+            partitions = doc["partitions"]
+            topic = doc["topic"]
+            if not isinstance(partitions, int) or not isinstance(topic, str):
+                raise ValueError("unexpected field types")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StorageCorruption(f"{path}: not a valid partitioned-topic file: {exc}") from exc
+        return topic, partitions
+
+    @staticmethod
+    def _walk(base: Path) -> list[tuple[str, str, Path]]:
+        """(tenant, namespace, entry) for every entry two levels below ``base``."""
+        found: list[tuple[str, str, Path]] = []
+        if not base.is_dir():
+            return found
+        for tenant in sorted(base.iterdir()):
+            if not tenant.is_dir():
+                continue
+            for namespace in sorted(tenant.iterdir()):
+                if not namespace.is_dir():
+                    continue
+                for entry in sorted(namespace.iterdir()):
+                    if not entry.name.endswith(".tmp"):
+                        found.append((tenant.name, namespace.name, entry))
+        return found
