@@ -11,6 +11,7 @@ one ``transport.write`` (one syscall).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import itertools
 import logging
 from collections.abc import Callable
@@ -167,13 +168,13 @@ class Connection(asyncio.Protocol):
                 self._loop.create_connection(lambda: self, self.host, self.port, ssl=self._ssl),
                 connection_timeout,
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (OSError, builtins.TimeoutError) as exc:
             self.closed = True
-            what = "timed out" if isinstance(exc, asyncio.TimeoutError) else str(exc)
+            what = "timed out" if isinstance(exc, builtins.TimeoutError) else str(exc)
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {what}") from None
         try:
             await asyncio.wait_for(asyncio.shield(self._handshake), connection_timeout)
-        except asyncio.TimeoutError:
+        except builtins.TimeoutError:
             self.close(ConnectError(f"no CONNECTED from {self.host}:{self.port}"))
             raise ConnectError(
                 f"broker {self.host}:{self.port} did not answer CONNECT within "

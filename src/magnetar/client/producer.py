@@ -10,6 +10,8 @@ writes them again, unchanged, with the same sequence ids.
 from __future__ import annotations
 
 import asyncio
+import builtins
+import contextlib
 import logging
 import time
 from collections import deque
@@ -30,7 +32,11 @@ from magnetar.client.errors import (
 from magnetar.client.handler import ConnectionHandler
 from magnetar.client.routing import Router
 from magnetar.client.schema import SchemaInfo
-from magnetar.protocol.client_codec import encode_message_metadata, encode_send, encode_single_metadata
+from magnetar.protocol.client_codec import (
+    encode_message_metadata,
+    encode_send,
+    encode_single_metadata,
+)
 from magnetar.protocol.compression import compress
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
@@ -536,10 +542,8 @@ class PartitionProducer(ConnectionHandler):
             return
         if self._failed is None and (self._pending or self._blocked or
                                      (self._batch is not None and len(self._batch))):
-            try:
+            with contextlib.suppress(builtins.TimeoutError):
                 await asyncio.wait_for(self.flush(), self._client.operation_timeout)
-            except asyncio.TimeoutError:
-                pass
         self._closed = True
         self._stop_reconnecting()
         if self._batch_timer is not None:

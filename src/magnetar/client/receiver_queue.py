@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -59,10 +60,8 @@ class ReceiverQueue(Generic[T]):
                 self._items.appendleft(waiter.result())
             else:
                 waiter.cancel()
-            try:
+            with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
-            except ValueError:
-                pass
             raise
 
     def remove_if(self, predicate: Callable[[T], bool]) -> int:

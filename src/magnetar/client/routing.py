@@ -51,4 +51,6 @@ def make_router(mode: str | Router) -> Router:
         return RoundRobinRouter()
     if mode == "key_hash":
         return KeyHashRouter()
-    raise ValueError(f"message_routing must be 'round_robin', 'key_hash' or a callable, not {mode!r}")
+    raise ValueError(
+        f"message_routing must be 'round_robin', 'key_hash' or a callable, not {mode!r}"
+    )

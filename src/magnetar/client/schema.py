@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from magnetar.protocol.pb import pb
 
-
 # Pulsar's schema type names -> Schema.Type on the wire (BYTES travels as None = 0).
 _TYPES = {
     "NONE": 0,
@@ -49,14 +48,14 @@ class SchemaInfo:
             out.properties.add(key=key, value=value)
 
 
-def StringSchema() -> SchemaInfo:  # noqa: N802 - named like the official client's class
+def StringSchema() -> SchemaInfo:
     return SchemaInfo("STRING", b"", "String")
 
 
-def BytesSchema() -> SchemaInfo:  # noqa: N802
+def BytesSchema() -> SchemaInfo:
     return SchemaInfo("BYTES", b"", "Bytes")
 
 
-def JsonSchema(definition: str | bytes, name: str = "") -> SchemaInfo:  # noqa: N802
+def JsonSchema(definition: str | bytes, name: str = "") -> SchemaInfo:
     data = definition.encode() if isinstance(definition, str) else definition
     return SchemaInfo("JSON", data, name)

@@ -1,0 +1,75 @@
+"""magnetar's asyncio Pulsar client.
+
+```
+from magnetar.client import Client
+async with Client("pulsar://127.0.0.1:6650") as client:
+    producer = await client.create_producer("my-topic")
+    await producer.send(b"hello")
+```
+
+It speaks the standard Pulsar protocol (so it works against Apache Pulsar) plus
+magnetar's PIP-371 request-reply extension.  ``magnetar.client.sync`` offers the
+same API with blocking calls.
+"""
+
+from magnetar.client.auth import Authentication, AuthenticationToken
+from magnetar.client.backoff import Backoff, MultiplierRedeliveryBackoff, RedeliveryBackoff
+from magnetar.client.client import Client
+from magnetar.client.consumer import Consumer
+from magnetar.client.errors import (
+    AlreadyClosed,
+    ConnectError,
+    ConsumerBusy,
+    IncompatibleSchema,
+    NotAllowed,
+    PersistenceError,
+    ProducerBusy,
+    ProducerFenced,
+    ProducerQueueIsFull,
+    PulsarError,
+    RequestTimeout,
+    ServiceNotReady,
+    TimeoutError,
+    TopicNotFound,
+    TopicTerminated,
+)
+from magnetar.client.message import Message
+from magnetar.client.producer import Producer
+from magnetar.client.reader import Reader
+from magnetar.client.schema import BytesSchema, JsonSchema, SchemaInfo, StringSchema
+from magnetar.protocol.message_id import EARLIEST, LATEST, MessageId
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "AlreadyClosed",
+    "Authentication",
+    "AuthenticationToken",
+    "Backoff",
+    "BytesSchema",
+    "Client",
+    "ConnectError",
+    "Consumer",
+    "ConsumerBusy",
+    "IncompatibleSchema",
+    "JsonSchema",
+    "Message",
+    "MessageId",
+    "MultiplierRedeliveryBackoff",
+    "NotAllowed",
+    "PersistenceError",
+    "Producer",
+    "ProducerBusy",
+    "ProducerFenced",
+    "ProducerQueueIsFull",
+    "PulsarError",
+    "Reader",
+    "RedeliveryBackoff",
+    "RequestTimeout",
+    "SchemaInfo",
+    "ServiceNotReady",
+    "StringSchema",
+    "TimeoutError",
+    "TopicNotFound",
+    "TopicTerminated",
+]

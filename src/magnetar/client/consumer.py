@@ -1,0 +1,1006 @@
+"""Consumers: subscriptions, the receiver queue and flow permits, acks, nacks, seeks.
+
+:class:`Consumer` is what users hold.  It owns one :class:`TopicConsumer` per
+topic or partition (a multi-topic, pattern or partitioned subscription has
+several) and one receiver queue they all feed.  Each topic consumer asks the
+broker for ``receiver_queue_size`` messages and, as the application takes them,
+for more in chunks of half the queue — the way Pulsar's clients use FLOW.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import inspect
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from magnetar.client.ack_timeout import AckTimeoutTracker
+from magnetar.client.acks import AckGroupingTracker, BatchAcker, Position
+from magnetar.client.backoff import Clock, RedeliveryBackoff
+from magnetar.client.connection import Connection
+from magnetar.client.errors import (
+    AlreadyClosed,
+    ConnectError,
+    PulsarError,
+    TimeoutError,
+)
+from magnetar.client.handler import ConnectionHandler
+from magnetar.client.message import Message, payload_to_messages
+from magnetar.client.nack import NegativeAcksTracker
+from magnetar.client.receiver_queue import ReceiverQueue
+from magnetar.client.schema import SchemaInfo
+from magnetar.client.topic_name import partition_index, partition_name, partitioned_base
+from magnetar.protocol.client_codec import encode_flow
+from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
+from magnetar.protocol.frames import encode_command, parse_metadata, parse_payload
+from magnetar.protocol.message_id import MessageId
+from magnetar.protocol.pb import BaseCommand, pb
+
+if TYPE_CHECKING:
+    from magnetar.client.client import Client
+    from magnetar.client.request_reply import Request
+
+log = logging.getLogger("magnetar.client.consumer")
+T = BaseCommand.Type
+_Sub = pb.CommandSubscribe
+
+SUBSCRIPTION_TYPES = {
+    "exclusive": _Sub.Exclusive,
+    "shared": _Sub.Shared,
+    "failover": _Sub.Failover,
+    "key_shared": _Sub.Key_Shared,
+}
+INITIAL_POSITIONS = {"latest": _Sub.Latest, "earliest": _Sub.Earliest}
+# Java's default cap on the prefetch of all partitions of one consumer together.
+MAX_TOTAL_RECEIVER_QUEUE_SIZE = 50_000
+
+MessageListener = Callable[["Consumer", Message], Awaitable[None] | None]
+
+
+@dataclass(slots=True)
+class ConsumerConfig:
+    subscription: str
+    subscription_type: int = _Sub.Exclusive
+    initial_position: int = _Sub.Latest
+    receiver_queue_size: int = 1000
+    consumer_name: str | None = None
+    priority_level: int = 0
+    ack_timeout: float | None = None
+    negative_ack_redelivery_delay: float = 60.0
+    negative_ack_redelivery_backoff: RedeliveryBackoff | None = None
+    durable: bool = True
+    schema: SchemaInfo | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    subscription_properties: dict[str, str] = field(default_factory=dict)
+    read_compacted: bool = False
+    ack_group_time: float = 0.1
+    ack_group_max_size: int = 1000
+    start_message_id_inclusive: bool = False
+    replicate_subscription_state: bool = False
+    clock: Clock | None = None
+
+    @property
+    def shared(self) -> bool:
+        return self.subscription_type in (_Sub.Shared, _Sub.Key_Shared)
+
+
+def _prior(index: int, start: int, inclusive: bool) -> bool:
+    return index < start if inclusive else index <= start
+
+
+class TopicConsumer(ConnectionHandler):
+    """The subscription of one topic or one partition."""
+
+    def __init__(
+        self,
+        client: Client,
+        parent: Consumer,
+        topic: str,
+        partition: int,
+        conf: ConsumerConfig,
+        queue_size: int,
+        start_message_id: MessageId | None = None,
+    ) -> None:
+        super().__init__(client, topic)
+        self._parent = parent
+        self.partition = partition
+        self.conf = conf
+        self.consumer_id = client._next_consumer_id()
+        self._queue = parent._queue
+        self._queue_size = max(1, queue_size)
+        self._threshold = max(1, self._queue_size // 2)
+        self._permits = 0  # messages handed to the application since the last FLOW
+        self._consumer_epoch = 0
+        self._clock: Clock = conf.clock or self._loop.time
+        self._acks = AckGroupingTracker(conf.ack_group_max_size)
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._nacks = _nack_tracker(conf, self._clock)
+        self._nack_timer: asyncio.TimerHandle | None = None
+        self._nack_timer_at = 0.0
+        self._unacked = (
+            AckTimeoutTracker(conf.ack_timeout, clock=self._clock) if conf.ack_timeout else None
+        )
+        self._unacked_timer: asyncio.TimerHandle | None = None
+        self._batch_ackers: dict[Position, BatchAcker] = {}
+        # Non-durable subscriptions (readers) say where to start; after a reconnect
+        # they resume after the last message the application took.
+        self._start = start_message_id
+        self._start_inclusive = conf.start_message_id_inclusive
+        self.last_dequeued: MessageId | None = None
+        self.is_active: bool | None = None
+        self.reached_end_of_topic = False
+        self._subscribed = False
+
+    # ------------------------------------------------------------------ attaching
+
+    async def start(self) -> None:
+        await self._connect_first()
+
+    async def _connection_opened(self, conn: Connection) -> None:
+        conf = self.conf
+        # What was prefetched from the old connection comes again from the broker.
+        self._queue.remove_if(self._mine)
+        if not conf.durable and self.last_dequeued is not None:
+            self._start = self.last_dequeued
+            self._start_inclusive = False
+        cid = self.consumer_id
+        conn.register_consumer(cid, self)
+        request_id = conn.new_request_id()
+        cmd = BaseCommand(type=T.SUBSCRIBE)
+        sub = cmd.subscribe
+        sub.topic = self.topic
+        sub.subscription = conf.subscription
+        sub.subType = conf.subscription_type  # type: ignore[assignment]
+        sub.consumer_id = cid
+        sub.request_id = request_id
+        if conf.consumer_name:
+            sub.consumer_name = conf.consumer_name
+        sub.priority_level = conf.priority_level
+        sub.durable = conf.durable
+        if not conf.durable and self._start is not None:
+            self._start.to_pb(sub.start_message_id)
+            if self._start.partition < 0 and self.partition >= 0:
+                sub.start_message_id.partition = self.partition
+        for key, value in conf.properties.items():
+            sub.metadata.add(key=key, value=value)
+        for key, value in conf.subscription_properties.items():
+            sub.subscription_properties.add(key=key, value=value)
+        if conf.read_compacted:
+            sub.read_compacted = True
+        if conf.replicate_subscription_state:
+            sub.replicate_subscription_state = True
+        if conf.schema is not None:
+            conf.schema.fill(sub.schema)
+        sub.initialPosition = conf.initial_position  # type: ignore[assignment]
+        sub.force_topic_creation = True
+        if conf.subscription_type == _Sub.Key_Shared:
+            sub.keySharedMeta.keySharedMode = pb.AUTO_SPLIT
+        sub.consumer_epoch = self._consumer_epoch
+        try:
+            await conn.request(cmd, request_id)
+        except BaseException as exc:
+            conn.remove_consumer(cid, self)
+            if isinstance(exc, TimeoutError | asyncio.CancelledError) and not conn.closed:
+                self._send_close(conn)
+            raise
+        if self._closed:
+            conn.remove_consumer(cid, self)
+            self._send_close(conn)
+            raise AlreadyClosed(f"consumer on {self.topic} was closed while subscribing")
+        self._conn = conn
+        self._subscribed = True
+        self._permits = 0
+        conn.write(encode_flow(cid, self._queue_size))
+        self._flush_acks()
+        log.debug("consumer %s subscribed to %s on %r", cid, self.topic, conn)
+
+    def _send_close(self, conn: Connection) -> None:
+        cmd = BaseCommand(type=T.CLOSE_CONSUMER)
+        cmd.close_consumer.consumer_id = self.consumer_id
+        cmd.close_consumer.request_id = conn.new_request_id()
+        conn.send_command(cmd)
+
+    def _mine(self, msg: Message) -> bool:
+        return msg._consumer is self
+
+    def _on_close_consumer(self) -> None:
+        conn = self._conn
+        self._conn = None
+        if conn is not None:
+            conn.remove_consumer(self.consumer_id, self)
+        self._schedule_reconnect()
+
+    def _on_active_consumer_change(self, is_active: bool) -> None:
+        self.is_active = is_active
+
+    def _on_reached_end_of_topic(self) -> None:
+        self.reached_end_of_topic = True
+
+    def _fatal(self, exc: PulsarError) -> None:
+        super()._fatal(exc)
+        self._parent._sub_failed(self, exc)
+
+    # ------------------------------------------------------------------ receiving
+
+    def _on_message(self, cmd: pb.CommandMessage, body: bytes) -> None:
+        mid = cmd.message_id
+        ledger = mid.ledgerId
+        entry = mid.entryId
+        try:
+            section = parse_payload(body)
+            metadata = parse_metadata(section)
+        except ChecksumMismatch:
+            log.error("%s: entry %d:%d fails its checksum; discarding it",
+                      self.topic, ledger, entry)
+            self._discard(ledger, entry, pb.CommandAck.ChecksumMismatch)
+            return
+        except ProtocolError as exc:
+            log.error("%s: entry %d:%d does not parse (%s); discarding it",
+                      self.topic, ledger, entry, exc)
+            self._discard(ledger, entry, pb.CommandAck.BatchDeSerializeError)
+            return
+        batched = metadata.HasField("num_messages_in_batch")
+        count = metadata.num_messages_in_batch if batched else 1
+        if cmd.HasField("consumer_epoch") and cmd.consumer_epoch < self._consumer_epoch:
+            self._credit(count)  # dispatched before a redeliver-all; it comes again
+            return
+        position = (ledger, entry)
+        if self._acks.is_duplicate(position):
+            self._credit(count)
+            return
+        try:
+            items = payload_to_messages(metadata, section.payload)  # the PIP-96 seam
+        except ProtocolError as exc:
+            log.error("%s: entry %d:%d cannot be decoded (%s); discarding it",
+                      self.topic, ledger, entry, exc)
+            self._discard(ledger, entry, pb.CommandAck.DecompressionError)
+            return
+        partition = self.partition
+        topic = self.topic
+        redelivery_count = cmd.redelivery_count
+        publish_time = metadata.publish_time
+        producer_name = metadata.producer_name
+        schema_version = metadata.schema_version if metadata.HasField("schema_version") else None
+        start = self._start
+        check_start = start is not None and start.ledger_id == ledger
+        inclusive = self._start_inclusive
+        put = self._queue.put
+        if not batched:
+            if check_start and start is not None and _prior(entry, start.entry_id, inclusive):
+                self._credit(1)
+                return
+            _single, payload = items[0]
+            put(Message(
+                payload,
+                MessageId(ledger, entry, -1, partition),
+                topic=topic,
+                key=metadata.partition_key if metadata.HasField("partition_key") else None,
+                ordering_key=(
+                    metadata.ordering_key if metadata.HasField("ordering_key") else None
+                ),
+                properties={kv.key: kv.value for kv in metadata.properties},
+                event_time=metadata.event_time or None,
+                publish_time=publish_time,
+                redelivery_count=redelivery_count,
+                producer_name=producer_name,
+                sequence_id=metadata.sequence_id,
+                schema_version=schema_version,
+                consumer=self,
+            ))
+            return
+        n = len(items)
+        acker = self._batch_ackers.get(position)
+        if acker is None or acker.size != n:
+            acker = BatchAcker(n)
+            self._batch_ackers[position] = acker
+        ack_set = list(cmd.ack_set)
+        skip_prior = check_start and start is not None and start.entry_id == entry
+        base_sequence = metadata.sequence_id
+        skipped = 0
+        for index, (single, payload) in enumerate(items):
+            if acker.is_acked(index) or (ack_set and not _bit(ack_set, index)) or (
+                skip_prior and start is not None and _prior(index, start.batch_index, inclusive)
+            ):
+                skipped += 1
+                continue
+            if single is None:  # only a PIP-96 processor yields these inside a batch
+                key = None
+                properties: dict[str, str] = {}
+                event_time = None
+                ordering_key = None
+                sequence_id = base_sequence + index
+            else:
+                key = single.partition_key if single.HasField("partition_key") else None
+                properties = {kv.key: kv.value for kv in single.properties}
+                event_time = single.event_time or None
+                ordering_key = single.ordering_key if single.HasField("ordering_key") else None
+                sequence_id = (
+                    single.sequence_id if single.HasField("sequence_id")
+                    else base_sequence + index
+                )
+            put(Message(
+                payload,
+                MessageId(ledger, entry, index, partition, n),
+                topic=topic,
+                key=key,
+                ordering_key=ordering_key,
+                properties=properties,
+                event_time=event_time,
+                publish_time=publish_time,
+                redelivery_count=redelivery_count,
+                producer_name=producer_name,
+                sequence_id=sequence_id,
+                schema_version=schema_version,
+                consumer=self,
+                acker=acker,
+            ))
+        if skipped:
+            self._credit(skipped)
+            if skipped == n and acker.complete:
+                self._batch_ackers.pop(position, None)
+
+    def _discard(self, ledger: int, entry: int, reason: int) -> None:
+        """Ack an entry that can never be consumed, saying why (as Pulsar's clients do)."""
+        self._credit(1)
+        conn = self._conn
+        if conn is None:
+            return
+        cmd = BaseCommand(type=T.ACK)
+        ack = cmd.ack
+        ack.consumer_id = self.consumer_id
+        ack.ack_type = pb.CommandAck.Individual
+        ack.validation_error = reason  # type: ignore[assignment]
+        data = ack.message_id.add()
+        data.ledgerId = ledger
+        data.entryId = entry
+        conn.send_command(cmd)
+
+    def _credit(self, count: int) -> None:
+        """``count`` more messages may come: ask for them once half the queue is free."""
+        self._permits += count
+        if self._permits >= self._threshold:
+            conn = self._conn
+            if conn is not None:
+                conn.write(encode_flow(self.consumer_id, self._permits))
+                self._permits = 0
+
+    def _on_dequeued(self, msg: Message) -> None:
+        """The application took ``msg`` from the receiver queue."""
+        self._permits += 1
+        if self._permits >= self._threshold:
+            conn = self._conn
+            if conn is not None:
+                conn.write(encode_flow(self.consumer_id, self._permits))
+                self._permits = 0
+        self.last_dequeued = msg.message_id
+        if self._unacked is not None:
+            self._unacked.add(msg.message_id)
+            if self._unacked_timer is None:
+                self._arm_unacked_timer()
+
+    # ------------------------------------------------------------------ acks
+
+    def acknowledge(self, message_id: MessageId, acker: BatchAcker | None = None) -> None:
+        position = (message_id.ledger_id, message_id.entry_id)
+        if self._unacked is not None:
+            self._unacked.remove(message_id)
+        if message_id.batch_index >= 0:
+            acker = acker or self._batch_ackers.get(position)
+            if acker is not None:
+                if not acker.ack(message_id.batch_index):
+                    return  # the entry is acked when all of its messages are
+                if self._batch_ackers.get(position) is acker:
+                    del self._batch_ackers[position]
+        self._nacks.remove(position)
+        if self._acks.add(position) or self.conf.ack_group_time <= 0:
+            self._flush_acks()
+        elif self._ack_timer is None:
+            self._ack_timer = self._loop.call_later(self.conf.ack_group_time, self._flush_acks)
+
+    def acknowledge_cumulative(
+        self, message_id: MessageId, acker: BatchAcker | None = None
+    ) -> None:
+        ledger, entry = message_id.ledger_id, message_id.entry_id
+        position = (ledger, entry)
+        if self._unacked is not None:
+            self._unacked.remove_up_to(message_id)
+        if message_id.batch_index >= 0:
+            acker = acker or self._batch_ackers.get(position)
+            if acker is not None and not acker.ack_cumulative(message_id.batch_index):
+                # Part of the batch is still unacked: everything before this entry is done.
+                if entry <= 0:
+                    return
+                position = (ledger, entry - 1)
+            else:
+                self._batch_ackers.pop((ledger, entry), None)
+        for pos in [p for p in self._batch_ackers if p <= position]:
+            del self._batch_ackers[pos]
+        self._acks.add_cumulative(position)
+        if self.conf.ack_group_time <= 0:
+            self._flush_acks()
+        elif self._ack_timer is None:
+            self._ack_timer = self._loop.call_later(self.conf.ack_group_time, self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        if not self._acks.pending:
+            return
+        conn = self._conn
+        if conn is None or conn.closed:
+            return  # sent after the reconnect
+        individual, cumulative = self._acks.take()
+        frames = []
+        if individual:
+            cmd = BaseCommand(type=T.ACK)
+            ack = cmd.ack
+            ack.consumer_id = self.consumer_id
+            ack.ack_type = pb.CommandAck.Individual
+            add = ack.message_id.add
+            for ledger, entry in individual:
+                add(ledgerId=ledger & 0xFFFFFFFFFFFFFFFF, entryId=entry & 0xFFFFFFFFFFFFFFFF)
+            frames.append(encode_command(cmd))
+        if cumulative is not None:
+            cmd = BaseCommand(type=T.ACK)
+            ack = cmd.ack
+            ack.consumer_id = self.consumer_id
+            ack.ack_type = pb.CommandAck.Cumulative
+            ledger, entry = cumulative
+            ack.message_id.add(
+                ledgerId=ledger & 0xFFFFFFFFFFFFFFFF, entryId=entry & 0xFFFFFFFFFFFFFFFF
+            )
+            frames.append(encode_command(cmd))
+        conn.write(b"".join(frames))
+
+    # ------------------------------------------------------------------ nacks, redelivery
+
+    def negative_acknowledge(self, message_id: MessageId, redelivery_count: int) -> None:
+        position = (message_id.ledger_id, message_id.entry_id)
+        if self._unacked is not None:
+            self._unacked.remove(message_id)
+        due = self._nacks.add(position, redelivery_count)
+        if self._nack_timer is None or due < self._nack_timer_at:
+            self._arm_nack_timer(due)
+
+    def _arm_nack_timer(self, due: float) -> None:
+        if self._nack_timer is not None:
+            self._nack_timer.cancel()
+        self._nack_timer_at = due
+        delay = max(0.0, due - self._clock())
+        self._nack_timer = self._loop.call_later(delay, self._nack_timer_fired)
+
+    def _nack_timer_fired(self) -> None:
+        self._nack_timer = None
+        due = self._nacks.pop_due()
+        if due:
+            self._redeliver(due)
+        nxt = self._nacks.next_deadline()
+        if nxt is not None:
+            self._arm_nack_timer(nxt)
+
+    def _arm_unacked_timer(self) -> None:
+        assert self._unacked is not None
+        deadline = self._unacked.next_deadline()
+        if deadline is None:
+            self._unacked_timer = None
+            return
+        delay = max(0.0, deadline - self._clock())
+        self._unacked_timer = self._loop.call_later(delay, self._unacked_timer_fired)
+
+    def _unacked_timer_fired(self) -> None:
+        assert self._unacked is not None
+        expired = self._unacked.pop_expired()
+        if expired:
+            log.info("%s: %d entries not acked within %ss; asking for redelivery",
+                     self.topic, len(expired), self.conf.ack_timeout)
+            self._redeliver(expired)
+        self._arm_unacked_timer()
+
+    def _redeliver(self, positions: list[Position]) -> None:
+        if not self.conf.shared:
+            # Exclusive and failover subscriptions keep order: everything comes again.
+            self.redeliver_all()
+            return
+        conn = self._conn
+        if conn is None:
+            return  # a new connection gets every unacked message anyway
+        for start in range(0, len(positions), 1000):
+            cmd = BaseCommand(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
+            red = cmd.redeliverUnacknowledgedMessages
+            red.consumer_id = self.consumer_id
+            for ledger, entry in positions[start:start + 1000]:
+                red.message_ids.add(ledgerId=ledger, entryId=entry)
+            conn.send_command(cmd)
+
+    def redeliver_all(self) -> None:
+        """Ask the broker to send every unacked message again (a new consumer epoch)."""
+        self._consumer_epoch += 1
+        removed = self._queue.remove_if(self._mine)
+        if self._unacked is not None:
+            self._unacked.clear()
+        self._nacks.clear()
+        conn = self._conn
+        if conn is None:
+            return
+        cmd = BaseCommand(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
+        cmd.redeliverUnacknowledgedMessages.consumer_id = self.consumer_id
+        cmd.redeliverUnacknowledgedMessages.consumer_epoch = self._consumer_epoch
+        conn.send_command(cmd)
+        if removed:
+            self._credit(removed)
+
+    # ------------------------------------------------------------------ requests
+
+    def _require_connection(self) -> Connection:
+        conn = self._conn
+        if self._closed:
+            raise AlreadyClosed(f"consumer on {self.topic} is closed")
+        if conn is None or conn.closed:
+            raise ConnectError(f"consumer on {self.topic} is not connected")
+        return conn
+
+    async def seek(self, target: MessageId | int) -> None:
+        conn = self._require_connection()
+        request_id = conn.new_request_id()
+        cmd = BaseCommand(type=T.SEEK)
+        cmd.seek.consumer_id = self.consumer_id
+        cmd.seek.request_id = request_id
+        if isinstance(target, MessageId):
+            target.to_pb(cmd.seek.message_id)
+        else:
+            cmd.seek.message_publish_time = int(target)
+        self._flush_acks()
+        await conn.request(cmd, request_id)
+        # The cursor moved: forget what was prefetched and everything tracked.
+        removed = self._queue.remove_if(self._mine)
+        self._acks.reset_cumulative()
+        self._batch_ackers.clear()
+        self._nacks.clear()
+        if self._unacked is not None:
+            self._unacked.clear()
+        self.last_dequeued = None
+        if not self.conf.durable:
+            self._start = target if isinstance(target, MessageId) else None
+            self._start_inclusive = self.conf.start_message_id_inclusive
+        if removed:
+            self._credit(removed)
+
+    async def get_last_message_id(self) -> tuple[MessageId, MessageId | None]:
+        """The topic's last message id and this subscription's mark-delete position."""
+        conn = self._require_connection()
+        request_id = conn.new_request_id()
+        cmd = BaseCommand(type=T.GET_LAST_MESSAGE_ID)
+        cmd.getLastMessageId.consumer_id = self.consumer_id
+        cmd.getLastMessageId.request_id = request_id
+        response = (await conn.request(cmd, request_id)).getLastMessageIdResponse
+        last = MessageId.from_pb(response.last_message_id, self.partition)
+        mark_delete = (
+            MessageId.from_pb(response.consumer_mark_delete_position, self.partition)
+            if response.HasField("consumer_mark_delete_position")
+            else None
+        )
+        return last, mark_delete
+
+    async def has_message_available(self) -> bool:
+        if any(m._consumer is self for m in list(self._queue._items)):
+            return True
+        last, mark_delete = await self.get_last_message_id()
+        if last.entry_id < 0:
+            return False
+        last_key = (last.ledger_id, last.entry_id, last.batch_index)
+        if self.last_dequeued is not None:
+            d = self.last_dequeued
+            return last_key > (d.ledger_id, d.entry_id, d.batch_index)
+        start = self._start
+        if start is None or start.is_latest:
+            if mark_delete is not None:
+                return (mark_delete.ledger_id, mark_delete.entry_id) < (
+                    last.ledger_id, last.entry_id)
+            return False
+        if start.is_earliest:
+            return True
+        start_key = (start.ledger_id, start.entry_id, start.batch_index)
+        return last_key >= start_key if self._start_inclusive else last_key > start_key
+
+    async def unsubscribe(self) -> None:
+        conn = self._require_connection()
+        request_id = conn.new_request_id()
+        cmd = BaseCommand(type=T.UNSUBSCRIBE)
+        cmd.unsubscribe.consumer_id = self.consumer_id
+        cmd.unsubscribe.request_id = request_id
+        await conn.request(cmd, request_id)
+        self._shutdown()
+        conn.remove_consumer(self.consumer_id, self)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._flush_acks()
+        conn = self._conn
+        self._shutdown()
+        if conn is not None and not conn.closed:
+            request_id = conn.new_request_id()
+            cmd = BaseCommand(type=T.CLOSE_CONSUMER)
+            cmd.close_consumer.consumer_id = self.consumer_id
+            cmd.close_consumer.request_id = request_id
+            try:
+                await conn.request(cmd, request_id)
+            except PulsarError as exc:
+                log.debug("closing consumer on %s: %s", self.topic, exc)
+            conn.remove_consumer(self.consumer_id, self)
+
+    def _shutdown(self) -> None:
+        self._closed = True
+        self._stop_reconnecting()
+        self._conn = None
+        for timer in (self._ack_timer, self._nack_timer, self._unacked_timer):
+            if timer is not None:
+                timer.cancel()
+        self._ack_timer = self._nack_timer = self._unacked_timer = None
+        self._queue.remove_if(self._mine)
+
+    def flush_to_socket(self) -> None:
+        self._flush_acks()
+
+
+def _bit(words: list[int], index: int) -> bool:
+    word = index >> 6
+    return word < len(words) and bool((words[word] >> (index & 63)) & 1)
+
+
+def _nack_tracker(conf: ConsumerConfig, clock: Clock) -> NegativeAcksTracker:
+    return NegativeAcksTracker(
+        conf.negative_ack_redelivery_delay, conf.negative_ack_redelivery_backoff, clock=clock
+    )
+
+
+class Consumer:
+    """A subscription to one or more topics (a list, a pattern, or a partitioned topic)."""
+
+    def __init__(
+        self,
+        client: Client,
+        topics: list[str],
+        conf: ConsumerConfig,
+        *,
+        pattern: re.Pattern[str] | None = None,
+        pattern_namespace: tuple[str, str] | None = None,
+        pattern_auto_discovery_period: float = 60.0,
+        start_message_id: MessageId | None = None,
+        message_listener: MessageListener | None = None,
+    ) -> None:
+        self._client = client
+        self._topics = topics
+        self.conf = conf
+        self._pattern = pattern
+        self._pattern_namespace = pattern_namespace
+        self._discovery_period = pattern_auto_discovery_period
+        self._start_message_id = start_message_id
+        self._queue: ReceiverQueue[Message] = ReceiverQueue()
+        self._subs: dict[str, TopicConsumer] = {}
+        self._by_partition: dict[int, TopicConsumer] = {}
+        self._partitioned_topics: dict[str, int] = {}
+        self._closed = False
+        self._listener = message_listener
+        self._listener_task: asyncio.Task[None] | None = None
+        self._discovery_task: asyncio.Task[None] | None = None
+        self._failure: PulsarError | None = None
+
+    # ------------------------------------------------------------------ setup
+
+    async def _start(self) -> None:
+        try:
+            if self._pattern is not None:
+                await self._discover()
+                self._discovery_task = asyncio.get_running_loop().create_task(
+                    self._discovery_loop()
+                )
+            else:
+                partition_counts = await asyncio.gather(
+                    *(self._client._lookup.get_partition_count(t) for t in self._topics)
+                )
+                plan: list[tuple[str, int]] = []
+                for topic, count in zip(self._topics, partition_counts, strict=True):
+                    if count > 0:
+                        self._partitioned_topics[topic] = count
+                        plan.extend((partition_name(topic, i), i) for i in range(count))
+                    else:
+                        plan.append((topic, -1))
+                await self._add(plan)
+        except BaseException:
+            await self._close_subs()
+            raise
+        if self._listener is not None:
+            self._listener_task = asyncio.get_running_loop().create_task(self._run_listener())
+
+    def _queue_size_for(self, count: int) -> int:
+        size = self.conf.receiver_queue_size
+        if count > 1:
+            size = max(1, min(size, MAX_TOTAL_RECEIVER_QUEUE_SIZE // count))
+        return size
+
+    async def _add(self, plan: list[tuple[str, int]]) -> None:
+        total = len(self._subs) + len(plan)
+        size = self._queue_size_for(total)
+        subs = [
+            TopicConsumer(self._client, self, topic, partition, self.conf, size,
+                          self._start_message_id)
+            for topic, partition in plan
+        ]
+        results = await asyncio.gather(*(s.start() for s in subs), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await asyncio.gather(*(s.close() for s in subs), return_exceptions=True)
+            raise errors[0]
+        for sub in subs:
+            self._subs[sub.topic] = sub
+            if sub.partition >= 0:
+                self._by_partition[sub.partition] = sub
+
+    async def _discover(self) -> None:
+        assert self._pattern is not None and self._pattern_namespace is not None
+        domain, namespace = self._pattern_namespace
+        mode = "persistent" if domain == "persistent" else "non-persistent"
+        names = await self._client._lookup.get_topics_of_namespace(namespace, mode)
+        wanted = {
+            name for name in names
+            if self._pattern.fullmatch(name) or self._pattern.fullmatch(partitioned_base(name))
+        }
+        added = sorted(wanted - self._subs.keys())
+        removed = [t for t in self._subs if t not in wanted]
+        if added:
+            await self._add([(t, partition_index(t)) for t in added])
+        for topic in removed:
+            sub = self._subs.pop(topic)
+            await sub.close()
+
+    async def _discovery_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self._discovery_period)
+            try:
+                await self._discover()
+            except PulsarError as exc:
+                log.warning("topic discovery for %s failed: %s", self._pattern, exc)
+
+    def _sub_failed(self, sub: TopicConsumer, exc: PulsarError) -> None:
+        log.error("consumer of %s failed: %s", sub.topic, exc)
+        self._failure = exc
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def topic(self) -> str:
+        if self._pattern is not None:
+            return self._pattern.pattern
+        return self._topics[0] if len(self._topics) == 1 else ",".join(self._topics)
+
+    @property
+    def topics(self) -> list[str]:
+        return list(self._subs)
+
+    @property
+    def subscription_name(self) -> str:
+        return self.conf.subscription
+
+    @property
+    def consumer_name(self) -> str | None:
+        return self.conf.consumer_name
+
+    def is_connected(self) -> bool:
+        return bool(self._subs) and all(s.connected for s in self._subs.values())
+
+    def has_reached_end_of_topic(self) -> bool:
+        return bool(self._subs) and all(s.reached_end_of_topic for s in self._subs.values())
+
+    # ------------------------------------------------------------------ receiving
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosed(f"consumer {self.conf.subscription} on {self.topic} is closed")
+
+    async def receive(self, timeout: float | None = None) -> Message:
+        """The next message; waits up to ``timeout`` seconds (forever if ``None``)."""
+        self._check_open()
+        msg = self._queue.get_nowait()
+        if msg is None:
+            try:
+                msg = await self._queue.get(timeout)
+            except builtins.TimeoutError:
+                raise TimeoutError(f"no message within {timeout}s") from None
+        msg._consumer._on_dequeued(msg)
+        return msg
+
+    def receive_nowait(self) -> Message | None:
+        """A message if one is prefetched, else ``None``."""
+        self._check_open()
+        msg = self._queue.get_nowait()
+        if msg is not None:
+            msg._consumer._on_dequeued(msg)
+        return msg
+
+    async def batch_receive(
+        self, max_messages: int = 100, timeout: float = 0.1
+    ) -> list[Message]:
+        """Up to ``max_messages``, returning early when that many are in, else after
+        ``timeout`` seconds (possibly an empty list)."""
+        self._check_open()
+        out: list[Message] = []
+        queue = self._queue
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(out) < max_messages:
+            msg = queue.get_nowait()
+            if msg is None:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                try:
+                    msg = await queue.get(remaining)
+                except builtins.TimeoutError:
+                    break
+            msg._consumer._on_dequeued(msg)
+            out.append(msg)
+        return out
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self.receive()
+        except AlreadyClosed:
+            raise StopAsyncIteration from None
+
+    async def _run_listener(self) -> None:
+        listener = self._listener
+        assert listener is not None
+        while not self._closed:
+            try:
+                msg = await self.receive()
+            except (AlreadyClosed, asyncio.CancelledError):
+                return
+            try:
+                result = listener(self, msg)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("message listener of %s raised", self.conf.subscription)
+
+    # ------------------------------------------------------------------ acks
+
+    def _sub_for(self, target: Message | MessageId) -> tuple[TopicConsumer, MessageId,
+                                                              BatchAcker | None]:
+        if isinstance(target, Message):
+            sub = target._consumer
+            if not isinstance(sub, TopicConsumer) or sub._parent is not self:
+                raise ValueError("this message was not received by this consumer")
+            return sub, target.message_id, target._acker
+        if len(self._subs) == 1:
+            return next(iter(self._subs.values())), target, None
+        if target.partition >= 0 and len(self._partitioned_topics) == 1 and len(
+            self._by_partition
+        ) == len(self._subs):
+            sub = self._by_partition.get(target.partition)
+            if sub is not None:
+                return sub, target, None
+        raise ValueError(
+            "on a multi-topic consumer pass the Message itself (a MessageId does not name "
+            "its topic)"
+        )
+
+    async def acknowledge(
+        self,
+        message: Message | MessageId,
+        *,
+        reply: bytes | str | None = None,
+        is_error: bool = False,
+    ) -> None:
+        """Acknowledge one message. Grouped acks return once queued (see
+        :meth:`flush_acks`); a PIP-371 ``reply`` goes out at once with its ack."""
+        self._check_open()
+        sub, message_id, acker = self._sub_for(message)
+        if reply is not None:
+            if not isinstance(message, Message):
+                raise ValueError("a reply needs the Message (its producer is the requester)")
+            await self._reply(sub, message, reply, is_error)
+            return
+        sub.acknowledge(message_id, acker)
+
+    async def _reply(
+        self, sub: TopicConsumer, message: Message, reply: bytes | str, is_error: bool
+    ) -> None:
+        raise NotImplementedError
+
+    async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
+        """Acknowledge this message and every earlier one of its topic (or partition)."""
+        self._check_open()
+        if self.conf.shared:
+            raise ValueError("cumulative acks are not allowed on shared subscriptions")
+        sub, message_id, acker = self._sub_for(message)
+        sub.acknowledge_cumulative(message_id, acker)
+
+    def negative_acknowledge(self, message: Message | MessageId) -> None:
+        """Have the message redelivered after the nack delay (or PIP-106 backoff)."""
+        self._check_open()
+        sub, message_id, _ = self._sub_for(message)
+        count = message.redelivery_count if isinstance(message, Message) else 0
+        sub.negative_acknowledge(message_id, count)
+
+    async def flush_acks(self) -> None:
+        """Send every queued ack now."""
+        for sub in self._subs.values():
+            sub.flush_to_socket()
+        for conn in {s._conn for s in self._subs.values() if s._conn is not None}:
+            conn._flush()
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        for sub in self._subs.values():
+            sub.redeliver_all()
+
+    # ------------------------------------------------------------------ positions
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Move the subscription to a message id, or to a publish time (ms since epoch)."""
+        self._check_open()
+        if isinstance(target, MessageId) and len(self._subs) > 1:
+            if target.is_earliest or target.is_latest:
+                await asyncio.gather(*(s.seek(target) for s in self._subs.values()))
+                return
+            sub, message_id, _ = self._sub_for(target)
+            await sub.seek(message_id)
+            return
+        await asyncio.gather(*(s.seek(target) for s in self._subs.values()))
+
+    async def get_last_message_id(self) -> MessageId:
+        self._check_open()
+        if len(self._subs) != 1:
+            raise ValueError("get_last_message_id() needs a single-topic consumer")
+        last, _ = await next(iter(self._subs.values())).get_last_message_id()
+        return last
+
+    async def has_message_available(self) -> bool:
+        self._check_open()
+        results = await asyncio.gather(*(s.has_message_available() for s in self._subs.values()))
+        return any(results)
+
+    # ------------------------------------------------------------------ PIP-371
+
+    def requests(self) -> AsyncIterator[Request]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ closing
+
+    async def unsubscribe(self) -> None:
+        self._check_open()
+        await asyncio.gather(*(s.unsubscribe() for s in self._subs.values()))
+        await self._finish_close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self._close_subs()
+        await self._finish_close()
+
+    async def _close_subs(self) -> None:
+        await asyncio.gather(*(s.close() for s in self._subs.values()), return_exceptions=True)
+
+    async def _finish_close(self) -> None:
+        self._closed = True
+        self._queue.close(AlreadyClosed(f"consumer {self.conf.subscription} is closed"))
+        for task in (self._listener_task, self._discovery_task):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        self._client._forget(self)
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<Consumer {self.conf.subscription!r} on {self.topic}>"
