@@ -171,7 +171,7 @@ def test_wrong_topic_names_get_invalid_topic_name(
     broker: EmbeddedBroker, client: pulsar.Client
 ) -> None:
     for bad in ("ftp://public/default/x", "persistent://public/x", "a/b"):
-        with pytest.raises(Exception, match="(?i)topic|invalid|name"):
+        with pytest.raises(pulsar.PulsarException):
             client.create_producer(bad)
     producer = client.create_producer("a-good-one")
     producer.send(b"ok")

@@ -35,6 +35,9 @@ class ProducerAccess:
         self.topic = topic
         self.holder: Producer | None = None
         self.waiters: deque[Producer] = deque()
+        # Names evicted by ExclusiveWithFencing; while the fencer holds the topic a
+        # reconnect under such a name is told it was fenced, not merely busy.
+        self.fenced_names: set[str] = set()
 
     @property
     def epoch(self) -> int:
@@ -55,6 +58,11 @@ class ProducerAccess:
                 pb.ProducerFenced,
                 f"producer '{producer.name}' has topic epoch {requested_epoch}, older than the "
                 f"topic's epoch {self.epoch}: a newer exclusive producer took over {topic.name}",
+            )
+        if producer.name in self.fenced_names and self.holder is not None:
+            raise ProducerRefused(
+                pb.ProducerFenced,
+                f"producer '{producer.name}' was fenced by '{self.holder.name}' on {topic.name}",
             )
         if mode == SHARED:
             if self.holder is not None:
@@ -120,6 +128,7 @@ class ProducerAccess:
 
     def _fence(self, producer: Producer) -> None:
         producer.fenced = True
+        self.fenced_names.add(producer.name)
         self.topic.producers.pop(producer.name, None)
         log.info("fenced producer %s on %s", producer.name, self.topic.name)
         producer.cnx.producer_fenced(producer)
@@ -134,6 +143,7 @@ class ProducerAccess:
         if self.holder is not producer:
             return
         self.holder = None
+        self.fenced_names.clear()
         while self.waiters:
             nxt = self.waiters.popleft()
             if nxt.fenced or not nxt.cnx.alive:

@@ -1,0 +1,320 @@
+"""PIP-68 access modes with the official client: exclusivity, waiting, fencing, epochs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from magnetar.testing import EmbeddedBroker
+
+Mode = pulsar.ProducerAccessMode
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def epoch_of(broker: EmbeddedBroker, topic: str) -> int:
+    assert broker.service is not None
+    return broker.service.topics[topic].metadata.topic_epoch
+
+
+def read_all(client: pulsar.Client, topic: str) -> list[bytes]:
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    out = []
+    while reader.has_message_available():
+        out.append(reader.read_next(5000).data())
+    reader.close()
+    return out
+
+
+def test_shared_producer_is_refused_while_an_exclusive_one_holds_the_topic(
+    client: pulsar.Client, topic: str
+) -> None:
+    holder = client.create_producer(topic, access_mode=Mode.Exclusive)
+    started = time.monotonic()
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)
+    assert time.monotonic() - started < 2
+    holder.close()
+    client.create_producer(topic).send(b"shared again")
+
+
+def test_exclusive_fails_at_once_when_any_producer_is_connected(
+    client: pulsar.Client, topic: str
+) -> None:
+    shared = client.create_producer(topic)
+    for mode in (Mode.Exclusive,):
+        started = time.monotonic()
+        with pytest.raises(pulsar.ProducerBusy):
+            client.create_producer(topic, access_mode=mode)
+        assert time.monotonic() - started < 2
+    shared.close()
+    exclusive = client.create_producer(topic, access_mode=Mode.Exclusive)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic, access_mode=Mode.Exclusive)
+    exclusive.send(b"ok")
+
+
+def test_wait_for_exclusive_blocks_until_the_holder_closes(
+    client: pulsar.Client,
+    client_factory: Callable[..., pulsar.Client],
+    broker: EmbeddedBroker,
+    topic: str,
+) -> None:
+    holder = client.create_producer(topic, access_mode=Mode.Exclusive)
+    other = client_factory(broker.service_url)
+    created: dict[str, object] = {}
+
+    def wait() -> None:
+        created["producer"] = other.create_producer(topic, access_mode=Mode.WaitForExclusive)
+        created["at"] = time.monotonic()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(1.0)
+    assert "producer" not in created, "WaitForExclusive must block while the topic is held"
+    closed_at = time.monotonic()
+    holder.close()
+    thread.join(10)
+    assert "producer" in created
+    assert float(created["at"]) - closed_at < 1.0  # type: ignore[arg-type]
+    first_epoch = 1
+    assert epoch_of(broker, topic) == first_epoch + 1
+    created["producer"].send(b"from the waiter")  # type: ignore[attr-defined]
+
+
+def test_waiters_are_promoted_in_arrival_order(
+    client_factory: Callable[..., pulsar.Client], broker: EmbeddedBroker, topic: str
+) -> None:
+    holder_client = client_factory(broker.service_url)
+    holder = holder_client.create_producer(topic, access_mode=Mode.Exclusive)
+    order: list[str] = []
+    producers: dict[str, pulsar.Producer] = {}
+    lock = threading.Lock()
+
+    def contender(name: str) -> None:
+        c = client_factory(broker.service_url)
+        p = c.create_producer(topic, producer_name=name, access_mode=Mode.WaitForExclusive)
+        with lock:
+            order.append(name)
+            producers[name] = p
+
+    threads = []
+    for name in ("first", "second", "third"):
+        t = threading.Thread(target=contender, args=(name,))
+        t.start()
+        threads.append(t)
+        time.sleep(0.3)  # make arrival order unambiguous
+    holder.close()
+    for expected in ("first", "second", "third"):
+        deadline = time.monotonic() + 5
+        while expected not in producers and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert order[-1] == expected
+        producers[expected].send(expected.encode())
+        producers[expected].close()
+    for t in threads:
+        t.join(5)
+    assert read_all(holder_client, topic) == [b"first", b"second", b"third"]
+    assert epoch_of(broker, topic) == 4
+
+
+def test_a_waiter_whose_connection_drops_leaves_the_line(
+    client_factory: Callable[..., pulsar.Client], broker: EmbeddedBroker, topic: str
+) -> None:
+    holder_client = client_factory(broker.service_url)
+    holder = holder_client.create_producer(topic, access_mode=Mode.Exclusive)
+    quitter = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "leader_election.py"),
+            "--service-url",
+            broker.service_url,
+            "--topic",
+            topic,
+            "--name",
+            "quitter",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert quitter.stdout is not None
+    assert "waiting" in quitter.stdout.readline()
+    time.sleep(0.5)
+    quitter.send_signal(signal.SIGKILL)
+    quitter.wait(10)
+    stayer_client = client_factory(broker.service_url)
+    got: dict[str, pulsar.Producer] = {}
+    t = threading.Thread(
+        target=lambda: got.setdefault(
+            "p", stayer_client.create_producer(topic, access_mode=Mode.WaitForExclusive)
+        )
+    )
+    t.start()
+    time.sleep(0.5)
+    holder.close()
+    t.join(5)
+    assert "p" in got, "the live waiter must be promoted, not the dead one"
+    got["p"].send(b"stayer")
+    assert broker.service is not None
+    assert broker.service.topics[topic].access.holder_name() != "quitter"
+
+
+def test_exclusive_with_fencing_evicts_the_holder_and_the_waiters(
+    client_factory: Callable[..., pulsar.Client], broker: EmbeddedBroker, topic: str
+) -> None:
+    old_client = client_factory(broker.service_url)
+    old = old_client.create_producer(topic, access_mode=Mode.Exclusive)
+    old.send(b"old-1")
+    waiter_client = client_factory(broker.service_url)
+    waiter_error: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            waiter_client.create_producer(topic, access_mode=Mode.WaitForExclusive)
+        except Exception as exc:
+            waiter_error.append(exc)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.3)
+    new_client = client_factory(broker.service_url)
+    new = new_client.create_producer(topic, access_mode=Mode.ExclusiveWithFencing)
+    new.send(b"new-1")
+    t.join(5)
+    assert waiter_error and isinstance(waiter_error[0], pulsar.ProducerFenced)
+    time.sleep(0.3)
+    with pytest.raises(pulsar.ProducerFenced):
+        old.send(b"old-2")
+    with pytest.raises(pulsar.ProducerFenced):
+        old.send(b"old-3")
+    new.send(b"new-2")
+    assert read_all(new_client, topic) == [b"old-1", b"new-1", b"new-2"]
+    assert epoch_of(broker, topic) == 2
+
+
+def test_fencing_also_evicts_shared_producers(client: pulsar.Client, topic: str) -> None:
+    shared = client.create_producer(topic)
+    shared.send(b"s")
+    client.create_producer(topic, access_mode=Mode.ExclusiveWithFencing).send(b"x")
+    time.sleep(0.3)
+    with pytest.raises(pulsar.ProducerFenced):
+        shared.send(b"late")
+
+
+def test_epoch_survives_restart_and_a_reconnecting_holder_keeps_it(
+    tmp_path: Path, client_factory: Callable[..., pulsar.Client]
+) -> None:
+    topic = "persistent://public/default/epochs"
+    broker = EmbeddedBroker(data_dir=tmp_path)
+    broker.start()
+    try:
+        client = client_factory(broker.service_url)
+        for _ in range(3):
+            client.create_producer(topic, access_mode=Mode.Exclusive).close()
+        holder = client.create_producer(topic, access_mode=Mode.Exclusive)
+        holder.send(b"before restart")
+        assert epoch_of(broker, topic) == 4
+        broker.restart()  # same port and data dir; the client reconnects with epoch 4
+        holder.send(b"after restart")
+        assert epoch_of(broker, topic) == 4, "the returning holder keeps its epoch"
+        other = client_factory(broker.service_url)
+        with pytest.raises(pulsar.ProducerBusy):
+            other.create_producer(topic, access_mode=Mode.Exclusive)
+        holder.close()
+        other.create_producer(topic, access_mode=Mode.Exclusive).send(b"next leader")
+        assert epoch_of(broker, topic) == 5
+        assert read_all(other, topic) == [b"before restart", b"after restart", b"next leader"]
+    finally:
+        broker.close()
+
+
+def test_stats_show_the_holder_mode_and_epoch(
+    broker: EmbeddedBroker, client: pulsar.Client, topic: str
+) -> None:
+    client.create_producer(topic, producer_name="boss", access_mode=Mode.Exclusive).send(b"x")
+    local = topic.split("/")[-1]
+    with urllib.request.urlopen(
+        f"{broker.admin_url}/admin/v2/persistent/public/default/{local}/stats", timeout=5
+    ) as response:
+        stats = json.load(response)
+    assert stats["exclusiveProducer"] == "boss"
+    assert stats["accessMode"] == "Exclusive"
+    assert stats["topicEpoch"] == 1
+    with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    labels = f'cluster="standalone",namespace="public/default",topic="{topic}"'
+    assert f"magnetar_topic_epoch{{{labels}}} 1.0" in metrics
+
+
+def test_leader_election_with_three_contender_processes(
+    broker: EmbeddedBroker, client: pulsar.Client, topic: str
+) -> None:
+    names = ["alpha", "beta", "gamma"]
+    procs = {
+        name: subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "examples" / "leader_election.py"),
+                "--service-url",
+                broker.service_url,
+                "--topic",
+                topic,
+                "--name",
+                name,
+                "--interval",
+                "0.02",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in names
+    }
+    leaders: list[str] = []
+    try:
+        for _ in names:
+            leader = wait_for_leader(procs, exclude=leaders)
+            leaders.append(leader)
+            time.sleep(0.5)  # the leader writes for a while
+            procs[leader].send_signal(signal.SIGKILL)  # crash, no goodbye
+            procs[leader].wait(10)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    history = [m.decode().split(":") for m in read_all(client, topic)]
+    writers = [w for w, _ in history]
+    reigns = [w for i, w in enumerate(writers) if i == 0 or writers[i - 1] != w]
+    assert reigns == leaders, f"history is interleaved: {reigns}"
+    for name in leaders:
+        seqs = [int(s) for w, s in history if w == name]
+        assert seqs == list(range(len(seqs))) and seqs
+    assert epoch_of(broker, topic) == 3
+
+
+def wait_for_leader(procs: dict[str, subprocess.Popen[str]], exclude: list[str]) -> str:
+    import selectors
+
+    selector = selectors.DefaultSelector()
+    for name, proc in procs.items():
+        if name not in exclude and proc.stdout is not None:
+            selector.register(proc.stdout, selectors.EVENT_READ, name)
+    deadline = time.monotonic() + 15
+    try:
+        while time.monotonic() < deadline:
+            for key, _ in selector.select(timeout=0.5):
+                line = key.fileobj.readline()  # type: ignore[union-attr]
+                if line.startswith("LEADER"):
+                    return str(key.data)
+        raise AssertionError("no contender became leader")
+    finally:
+        selector.close()
