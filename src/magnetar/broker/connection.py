@@ -364,6 +364,8 @@ class ServerCnx(asyncio.Protocol):
         topic = self._get_topic(name, create=True)
         if topic.terminated:
             raise CommandError(pb.TopicTerminatedError, f"topic {topic.name} is terminated")
+        if topic.failure:
+            raise CommandError(pb.PersistenceError, topic.failure)
         if request.HasField("producer_name") and request.producer_name:
             producer_name = request.producer_name
             if topic.access.name_in_use(producer_name):
@@ -498,6 +500,9 @@ class ServerCnx(asyncio.Protocol):
             return
         if topic.terminated:
             self._send_error(send, pb.TopicTerminatedError, f"topic {topic.name} is terminated")
+            return
+        if topic.failure:
+            self._send_error(send, pb.PersistenceError, topic.failure)
             return
         info = info_from_metadata(
             metadata, send.num_messages if send.HasField("num_messages") else None

@@ -69,6 +69,8 @@ class Topic:
         self._mid_cache: dict[int, bytes] = {}
         self.terminated = metadata.properties.get("terminated") == "true"
         self.closed = False
+        self.failure: str | None = None
+        ledger.on_failure = self._storage_failed
         for cursor_name in ledger.persisted_cursor_names():
             cursor = ledger.open_cursor(cursor_name, ledger.first_entry_id - 1)
             self.subscriptions[cursor_name] = Subscription(
@@ -228,6 +230,13 @@ class Topic:
         return lo
 
     # ------------------------------------------------------------ lifecycle
+
+    def _storage_failed(self, error: BaseException) -> None:
+        """The disk refused a write: nothing more is accepted, producers are told."""
+        self.failure = f"storage failure on {self.name}: {error}"
+        log.error("%s; closing its producers", self.failure)
+        for producer in list(self.producers.values()):
+            producer.cnx.producer_fenced(producer)
 
     def terminate(self) -> MessageId:
         self.terminated = True
