@@ -43,6 +43,7 @@ class AdminServer:
                 web.get(base + "/{topic}/partitions", self.get_partitions),
                 web.put(base + "/{topic}/partitions", self.create_partitions),
                 web.put(base + "/{topic}", self.create_topic),
+                web.post(base + "/{topic}/terminate", self.terminate_topic),
                 web.delete(base + "/{topic}", self.delete_topic),
             ]
         )
@@ -111,6 +112,14 @@ class AdminServer:
         name = _topic(request)
         self.service.get_topic(name, create=True)
         return web.Response(status=204)
+
+    async def terminate_topic(self, request: web.Request) -> web.Response:
+        name = _topic(request)
+        try:
+            last = self.service.terminate_topic(str(name))
+        except LookupError as exc:
+            raise web.HTTPNotFound(reason=str(exc)) from None
+        return web.json_response({"lastMessageId": last})
 
     async def delete_topic(self, request: web.Request) -> web.Response:
         name = _topic(request)

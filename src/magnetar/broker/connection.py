@@ -451,6 +451,21 @@ class ServerCnx(asyncio.Protocol):
             )
         )
 
+    def close_producer_by_broker(self, producer: Producer) -> None:
+        """Detach ``producer`` and tell its client, which will try to attach again."""
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+            self._detach_producer(producer)
+        if self.alive:
+            self.write_command(
+                BaseCommand(
+                    type=T.CLOSE_PRODUCER,
+                    close_producer=pb.CommandCloseProducer(
+                        producer_id=producer.producer_id, request_id=0
+                    ),
+                )
+            )
+
     def handle_send(self, command: BaseCommand, frame: Frame) -> None:
         send = command.send
         producer = self.producers.get(send.producer_id)
@@ -598,16 +613,6 @@ class ServerCnx(asyncio.Protocol):
         )
         self.write_success(request.request_id)
         sub.notify_consumer_active(consumer)
-        if topic.terminated and sub.read_position > topic.ledger.last_confirmed_entry_id:
-            self._reached_end(consumer)
-
-    def _reached_end(self, consumer: Consumer) -> None:
-        self.write_command(
-            BaseCommand(
-                type=T.REACHED_END_OF_TOPIC,
-                reachedEndOfTopic=pb.CommandReachedEndOfTopic(consumer_id=consumer.consumer_id),
-            )
-        )
 
     def _consumer(self, consumer_id: int) -> Consumer:
         consumer = self.consumers.get(consumer_id)

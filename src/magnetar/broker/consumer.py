@@ -27,6 +27,7 @@ class Consumer:
     messages_out: int = 0
     bytes_out: int = 0
     closed: bool = False
+    told_end_of_topic: bool = False
 
     def can_receive(self, max_unacked: int) -> bool:
         return (

@@ -258,6 +258,15 @@ class BrokerService:
         regex = re.compile(pattern)
         return [t for t in self.topics_of_namespace(namespace, 2) if regex.match(t)]
 
+    def terminate_topic(self, topic: str) -> str:
+        """No more messages may be published; consumers learn when they reach the end."""
+        loaded = self.get_topic(TopicName.parse(topic), create=False)
+        last = loaded.terminate()
+        for producer in list(loaded.producers.values()):
+            producer.cnx.close_producer_by_broker(producer)
+        log.info("terminated topic %s at %s", loaded.name, last)
+        return str(last)
+
     async def delete_topic(self, topic: str, *, force: bool = False) -> None:
         name = TopicName.parse(topic)
         full = str(name)
@@ -270,7 +279,7 @@ class BrokerService:
                 for consumer in list(sub.consumers):
                     consumer.cnx.consumer_closed_by_broker(consumer)
             for producer in list(loaded.producers.values()):
-                producer.cnx.producer_fenced(producer)
+                producer.cnx.close_producer_by_broker(producer)
             await loaded.close()
             del self.topics[full]
         self._store_for(name).delete_topic(full)

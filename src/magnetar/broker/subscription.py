@@ -233,7 +233,7 @@ class Subscription:
     # ------------------------------------------------------------ dispatch
 
     def schedule_dispatch(self) -> None:
-        if not self._dispatch_scheduled and self.consumers:
+        if not self._dispatch_scheduled and self.consumers and not self.topic.closed:
             self._dispatch_scheduled = True
             self.topic.loop.call_soon(self._dispatch)
 
@@ -334,7 +334,22 @@ class Subscription:
                 return True
         self.read_position = position
         self._arm_delay_timer()
+        if topic.terminated and position > last and not self.replay:
+            self._announce_end_of_topic()
         return False
+
+    def _announce_end_of_topic(self) -> None:
+        for consumer in self.consumers:
+            if not consumer.told_end_of_topic:
+                consumer.told_end_of_topic = True
+                consumer.cnx.write_command(
+                    BaseCommand(
+                        type=BaseCommand.REACHED_END_OF_TOPIC,
+                        reachedEndOfTopic=pb.CommandReachedEndOfTopic(
+                            consumer_id=consumer.consumer_id
+                        ),
+                    )
+                )
 
     def _send(self, consumer: Consumer, entry_id: int, num_messages: int) -> None:
         topic = self.topic

@@ -236,7 +236,7 @@ class Topic:
         self.failure = f"storage failure on {self.name}: {error}"
         log.error("%s; closing its producers", self.failure)
         for producer in list(self.producers.values()):
-            producer.cnx.producer_fenced(producer)
+            producer.cnx.close_producer_by_broker(producer)
 
     def terminate(self) -> MessageId:
         self.terminated = True

@@ -1,0 +1,132 @@
+"""Broker behaviours beyond produce/consume: keepalive, retention, termination,
+non-persistent topics, topic listing and pattern subscriptions."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from magnetar.protocol.frames import FrameDecoder, encode_command
+from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.testing import EmbeddedBroker
+
+
+def call_in_broker(broker: EmbeddedBroker, fn: Callable[[], object]) -> object:
+    assert broker._loop is not None
+
+    async def run() -> object:
+        return fn()
+
+    return asyncio.run_coroutine_threadsafe(run(), broker._loop).result(10)
+
+
+def test_broker_pings_and_drops_a_silent_peer(tmp_path: Path) -> None:
+    with EmbeddedBroker(data_dir=tmp_path, keepalive_interval=0.2) as broker:
+        sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+        sock.sendall(
+            encode_command(
+                BaseCommand(
+                    type=BaseCommand.CONNECT,
+                    connect=pb.CommandConnect(client_version="silent", protocol_version=21),
+                )
+            )
+        )
+        decoder = FrameDecoder()
+        seen: list[int] = []
+        started = time.monotonic()
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                break
+            seen.extend(f.command.type for f in decoder.feed(data))
+        assert BaseCommand.CONNECTED in seen
+        assert BaseCommand.PING in seen, "the broker pings an idle connection"
+        assert time.monotonic() - started < 3, "a peer that never answers is dropped"
+
+
+def test_broker_answers_ping_and_keeps_an_answering_client(tmp_path: Path) -> None:
+    with EmbeddedBroker(data_dir=tmp_path, keepalive_interval=0.2) as broker:
+        client = pulsar.Client(
+            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        )
+        producer = client.create_producer("alive")
+        time.sleep(1.0)  # several keepalive rounds; the official client answers PINGs
+        producer.send(b"still here")
+        assert len(broker.service.connections) == 1  # type: ignore[union-attr]
+        client.close()
+
+
+def test_retention_deletes_segments_every_subscription_has_passed(
+    tmp_path: Path, client_factory: Callable[..., pulsar.Client]
+) -> None:
+    with EmbeddedBroker(
+        data_dir=tmp_path,
+        segment_max_bytes=16 * 1024,
+        retention_check_interval=0.2,
+        cursor_flush_interval=0.1,
+    ) as broker:
+        client = client_factory(broker.service_url)
+        consumer = client.subscribe("retained", "s")
+        producer = client.create_producer("retained")
+        for i in range(500):
+            producer.send(b"x" * 200)
+        topic = broker.service.topics["persistent://public/default/retained"]  # type: ignore[union-attr]
+        before = topic.ledger.size_bytes()
+        for _ in range(400):
+            consumer.acknowledge(consumer.receive(5000))
+        deadline = time.monotonic() + 5
+        while topic.ledger.first_entry_id == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert 0 < topic.ledger.first_entry_id <= 400
+        assert topic.ledger.size_bytes() < before
+        for _ in range(100):
+            consumer.acknowledge(consumer.receive(5000))  # the rest is still there
+
+
+def test_terminated_topic_refuses_producers_and_keeps_its_messages(
+    broker: EmbeddedBroker, client: pulsar.Client, topic: str
+) -> None:
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic)
+    producer.send(b"1")
+    producer.send(b"2")
+    call_in_broker(broker, lambda: broker.service.terminate_topic(topic))  # type: ignore[union-attr]
+    time.sleep(0.3)
+    with pytest.raises(pulsar.TopicTerminated):
+        producer.send(b"3")
+    with pytest.raises(pulsar.TopicTerminated):
+        client.create_producer(topic)
+    assert [consumer.receive(5000).data() for _ in range(2)] == [b"1", b"2"]
+
+
+def test_non_persistent_topic(client: pulsar.Client) -> None:
+    name = f"non-persistent://public/default/np-{time.time_ns()}"
+    consumer = client.subscribe(name, "s")
+    producer = client.create_producer(name)
+    producer.send(b"fleeting")
+    assert consumer.receive(5000).data() == b"fleeting"
+
+
+def test_pattern_subscription_sees_matching_topics(client: pulsar.Client) -> None:
+    prefix = f"pat-{time.time_ns()}"
+    for suffix in ("a", "b"):
+        client.create_producer(f"persistent://public/default/{prefix}-{suffix}").close()
+    client.create_producer(f"persistent://public/default/other-{prefix}").close()
+    consumer = client.subscribe(
+        re.compile(f"persistent://public/default/{prefix}-.*"),
+        "pattern-sub",
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    for suffix in ("a", "b"):
+        client.create_producer(f"persistent://public/default/{prefix}-{suffix}").send(
+            suffix.encode()
+        )
+    got = sorted(consumer.receive(5000).data() for _ in range(2))
+    assert got == [b"a", b"b"]
