@@ -75,7 +75,7 @@ def test_retention_deletes_segments_every_subscription_has_passed(
         client = client_factory(broker.service_url)
         consumer = client.subscribe("retained", "s")
         producer = client.create_producer("retained")
-        for i in range(500):
+        for _ in range(500):
             producer.send(b"x" * 200)
         topic = broker.service.topics["persistent://public/default/retained"]  # type: ignore[union-attr]
         before = topic.ledger.size_bytes()
