@@ -1,0 +1,142 @@
+"""PIP-371 on the wire, broker side, with exact frames (DESIGN.md, "PIP-371 on the wire")."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+
+from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.testing import EmbeddedBroker
+
+from .rawclient import RawPeer
+
+
+def ack_with_reply(
+    mid: pb.MessageIdData, requester: str, body: bytes, is_error: bool = False, request_id: int = 0
+) -> tuple[BaseCommand, bytes]:
+    ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual, message_id=[mid])
+    ack.reply_to_client = requester
+    if is_error:
+        ack.reply_is_error = True
+    if request_id:
+        ack.request_id = request_id
+    return BaseCommand(type=BaseCommand.ACK, ack=ack), body
+
+
+def dropped(broker: EmbeddedBroker, reason: str) -> float:
+    with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    match = re.search(rf'magnetar_rpc_replies_dropped_total{{reason="{reason}"}} (\S+)', text)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_connected_announces_request_reply(broker: EmbeddedBroker) -> None:
+    peer = RawPeer(broker.port)
+    assert peer.connected.feature_flags.supports_request_reply
+    peer.close()
+
+
+def test_reply_goes_to_the_requesting_producer_before_the_ack_applies(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic, producer_id=7)
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")
+    request_id = requester.publish(7, name, 0, b"question")
+    message = responder.expect(BaseCommand.MESSAGE).command.message
+    command, body = ack_with_reply(message.message_id, name, b"answer", request_id=55)
+    responder.send(command, body)
+    receipt_frame = requester.expect(BaseCommand.REQUEST_RECEIPT)
+    receipt = receipt_frame.command.requestReceipt
+    assert receipt.reply_to_producer_id == 7
+    assert receipt.request_message_id.entryId == request_id.entryId
+    assert receipt.request_message_id.ledgerId == request_id.ledgerId
+    assert not receipt.is_error
+    assert receipt_frame.body == b"answer"
+    assert responder.expect(BaseCommand.ACK_RESPONSE).command.ackResponse.request_id == 55
+    # the ack was applied: nothing is redelivered when the consumer reconnects
+    responder.close()
+    again = RawPeer(broker.port)
+    again.subscribe(topic, "rpc")
+    assert again.nothing_of(BaseCommand.MESSAGE)
+    requester.close()
+    again.close()
+
+
+def test_error_replies_carry_the_flag(broker: EmbeddedBroker, topic: str) -> None:
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic)
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")
+    requester.publish(1, name, 0, b"q")
+    message = responder.expect(BaseCommand.MESSAGE).command.message
+    responder.send(*ack_with_reply(message.message_id, name, b"it broke", is_error=True))
+    frame = requester.expect(BaseCommand.REQUEST_RECEIPT)
+    assert frame.command.requestReceipt.is_error
+    assert frame.body == b"it broke"
+
+
+def test_second_reply_and_reply_to_gone_producer_are_dropped_and_counted(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic)
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")
+    requester.publish(1, name, 0, b"q1")
+    requester.publish(1, name, 1, b"q2")
+    first = responder.expect(BaseCommand.MESSAGE).command.message
+    second = responder.expect(BaseCommand.MESSAGE).command.message
+    duplicates_before = dropped(broker, "duplicate")
+    responder.send(*ack_with_reply(first.message_id, name, b"a1"))
+    responder.send(*ack_with_reply(first.message_id, name, b"a1 again"))
+    assert requester.expect(BaseCommand.REQUEST_RECEIPT).body == b"a1"
+    assert requester.nothing_of(BaseCommand.REQUEST_RECEIPT)
+    assert dropped(broker, "duplicate") == duplicates_before + 1
+    gone_before = dropped(broker, "producer_gone")
+    requester.close()
+    assert broker.service is not None
+    deadline = time.monotonic() + 5
+    while broker.service.topics[topic].producers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    responder.send(*ack_with_reply(second.message_id, name, b"too late", request_id=9))
+    assert responder.expect(BaseCommand.ACK_RESPONSE).command.ackResponse.request_id == 9
+    assert dropped(broker, "producer_gone") == gone_before + 1
+
+
+def test_no_receipt_for_a_producer_that_did_not_announce_support(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    requester = RawPeer(broker.port, request_reply=False)
+    name = requester.producer(topic)
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")
+    requester.publish(1, name, 0, b"q")
+    message = responder.expect(BaseCommand.MESSAGE).command.message
+    before = dropped(broker, "not_supported")
+    responder.send(*ack_with_reply(message.message_id, name, b"a"))
+    assert requester.nothing_of(BaseCommand.REQUEST_RECEIPT)
+    assert dropped(broker, "not_supported") == before + 1
+
+
+def test_oversized_reply_is_refused_and_the_request_stays_unacked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with EmbeddedBroker(data_dir=tmp_path, max_message_size=1024) as broker:
+        requester = RawPeer(broker.port)
+        name = requester.producer("rpc-big")
+        responder = RawPeer(broker.port)
+        responder.subscribe("rpc-big", "rpc")
+        requester.publish(1, name, 0, b"q")
+        message = responder.expect(BaseCommand.MESSAGE).command.message
+        responder.send(*ack_with_reply(message.message_id, name, b"z" * 2000, request_id=3))
+        response = responder.expect(BaseCommand.ACK_RESPONSE).command.ackResponse
+        assert response.error == pb.NotAllowedError
+        assert "exceeds the maximum message size" in response.message
+        assert requester.nothing_of(BaseCommand.REQUEST_RECEIPT)
+        responder.close()
+        again = RawPeer(broker.port)
+        again.subscribe("rpc-big", "rpc")
+        assert again.expect(BaseCommand.MESSAGE).command.message.message_id.entryId == (
+            message.message_id.entryId
+        )
