@@ -15,7 +15,7 @@ import builtins
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from magnetar import __version__
 from magnetar.client.auth import Authentication
@@ -182,8 +182,8 @@ class Connection(asyncio.Protocol):
             ) from None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports do not inherit from asyncio.Transport, but behave as one.
+        self._transport = transport = cast(asyncio.Transport, transport)
         cmd = BaseCommand(type=T.CONNECT)
         connect = cmd.connect
         connect.client_version = CLIENT_VERSION

@@ -681,6 +681,16 @@ class Producer:
     ) -> asyncio.Future[ReplyResult]:
         raise NotImplementedError
 
+    async def request(
+        self,
+        value: Value,
+        *,
+        timeout: float = 30.0,
+        key: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> ReplyResult:
+        return await self.request_async(value, timeout=timeout, key=key, properties=properties)
+
     async def flush(self) -> None:
         await asyncio.gather(*(p.flush() for p in self._partitions))
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from magnetar.protocol.message_id import MessageId
+from magnetar.protocol.pb import pb
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,7 +17,17 @@ class ReplyResult:
 
 
 class PendingRequests:
-    pass
+    def sent(self, request: Any, message_id: MessageId) -> None:
+        raise NotImplementedError
+
+    def fail(self, request: Any, exc: BaseException) -> None:
+        raise NotImplementedError
+
+    def fail_all(self, exc: BaseException) -> None:
+        raise NotImplementedError
+
+    def on_receipt(self, receipt: pb.CommandRequestReceipt, body: bytes) -> None:
+        raise NotImplementedError
 
 
 class Request:

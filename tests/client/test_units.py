@@ -1,0 +1,329 @@
+"""Unit tests of the client's sans-IO parts: codecs, trackers, backoff, routing, names."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+
+import pytest
+
+from magnetar.client import errors
+from magnetar.client.ack_timeout import AckTimeoutTracker
+from magnetar.client.acks import AckGroupingTracker, BatchAcker
+from magnetar.client.backoff import Backoff, MultiplierRedeliveryBackoff
+from magnetar.client.batch_builder import BatchBuilder
+from magnetar.client.nack import NegativeAcksTracker
+from magnetar.client.pool import parse_service_url
+from magnetar.client.receiver_queue import ReceiverQueue
+from magnetar.client.routing import KeyHashRouter, RoundRobinRouter, make_router
+from magnetar.client.topic_name import (
+    complete_topic_name,
+    namespace_of,
+    partition_index,
+    partition_name,
+    partitioned_base,
+    pattern_namespace,
+)
+from magnetar.protocol import client_codec
+from magnetar.protocol.batch import split_batch
+from magnetar.protocol.frames import FrameDecoder, parse_metadata, parse_payload
+from magnetar.protocol.message_id import MessageId
+from magnetar.protocol.murmur3 import key_hash
+from magnetar.protocol.pb import pb
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# ---------------------------------------------------------------- codec
+
+
+def test_message_metadata_encoder_matches_protobuf() -> None:
+    data = client_codec.encode_message_metadata(
+        b"prod-1", 300, 1_700_000_000_123,
+        properties={"a": "1", "ü": "v"}, partition_key="k", compression=pb.LZ4,
+        uncompressed_size=77, num_messages_in_batch=3, event_time=5, schema_version=b"\x00\x01",
+        ordering_key=b"ok", deliver_at_time=1_700_000_100_000, highest_sequence_id=302,
+        null_value=True,
+    )
+    md = pb.MessageMetadata()
+    md.ParseFromString(data)
+    expected = pb.MessageMetadata(
+        producer_name="prod-1", sequence_id=300, publish_time=1_700_000_000_123,
+        partition_key="k", compression=pb.LZ4, uncompressed_size=77, num_messages_in_batch=3,
+        event_time=5, schema_version=b"\x00\x01", ordering_key=b"ok",
+        deliver_at_time=1_700_000_100_000, highest_sequence_id=302, null_value=True,
+    )
+    expected.properties.add(key="a", value="1")
+    expected.properties.add(key="ü", value="v")
+    assert md == expected
+    assert data == expected.SerializeToString()
+
+
+def test_minimal_metadata_and_single_metadata_match_protobuf() -> None:
+    data = client_codec.encode_message_metadata(b"p", 0, 1)
+    assert data == pb.MessageMetadata(producer_name="p", sequence_id=0,
+                                      publish_time=1).SerializeToString()
+    single = client_codec.encode_single_metadata(
+        10, properties={"x": "y"}, partition_key="pk", event_time=9, ordering_key=b"o",
+        sequence_id=1 << 40, null_value=True,
+    )
+    expected = pb.SingleMessageMetadata(
+        partition_key="pk", payload_size=10, event_time=9, ordering_key=b"o",
+        sequence_id=1 << 40, null_value=True,
+    )
+    expected.properties.add(key="x", value="y")
+    assert single == expected.SerializeToString()
+
+
+def test_send_frame_decodes_with_the_protocol_package() -> None:
+    md = client_codec.encode_message_metadata(b"p", 7, 123)
+    frame = client_codec.encode_send(3, 7, 4, 10, md, b"payload")
+    frames = FrameDecoder().feed(frame)
+    assert len(frames) == 1
+    cmd = frames[0].command
+    assert cmd.type == pb.BaseCommand.SEND
+    assert (cmd.send.producer_id, cmd.send.sequence_id, cmd.send.num_messages,
+            cmd.send.highest_sequence_id) == (3, 7, 4, 10)
+    section = parse_payload(frames[0].body)
+    assert section.has_checksum and section.payload == b"payload"
+    assert parse_metadata(section).sequence_id == 7
+
+
+def test_flow_ping_pong_frames() -> None:
+    frames = FrameDecoder().feed(
+        client_codec.encode_flow(1 << 33, 500) + client_codec.PING_FRAME + client_codec.PONG_FRAME
+    )
+    assert [f.command.type for f in frames] == [
+        pb.BaseCommand.FLOW, pb.BaseCommand.PING, pb.BaseCommand.PONG]
+    assert frames[0].command.flow.consumer_id == 1 << 33
+    assert frames[0].command.flow.messagePermits == 500
+
+
+def test_varint_of_negative_int64_is_ten_bytes() -> None:
+    assert client_codec.varint(-1) == b"\xff" * 9 + b"\x01"
+    md = pb.MessageMetadata()
+    md.ParseFromString(client_codec.encode_message_metadata(b"p", 0, 0, deliver_at_time=-5))
+    assert md.deliver_at_time == -5
+
+
+def test_batch_builder_limits_and_layout() -> None:
+    builder = BatchBuilder(max_messages=3, max_bytes=1000)
+    assert builder.has_room(5000)  # an empty batch takes any message
+    for i in range(3):
+        single = client_codec.encode_single_metadata(2, sequence_id=i)
+        builder.add(single, b"m%d" % i, i, f"extra{i}")
+    assert builder.full
+    payload, seqs, extras, _ = builder.take()
+    assert seqs == [0, 1, 2] and extras == ["extra0", "extra1", "extra2"]
+    assert [p for _, p in split_batch(payload, 3)] == [b"m0", b"m1", b"m2"]
+    assert len(builder) == 0
+    small = BatchBuilder(max_messages=100, max_bytes=20)
+    small.add(b"\x18\x05", b"12345", 0, None)
+    assert not small.has_room(50)
+
+
+# ---------------------------------------------------------------- acks
+
+
+def test_batch_acker_individual_and_cumulative() -> None:
+    acker = BatchAcker(5)
+    assert not acker.ack(1)
+    assert acker.is_acked(1) and not acker.is_acked(0)
+    assert acker.outstanding == 4
+    assert not acker.ack_cumulative(2)
+    assert acker.outstanding == 2
+    assert not acker.ack(4)
+    assert acker.ack(3)
+    assert acker.complete
+
+
+def test_batch_acker_ack_set_words() -> None:
+    acker = BatchAcker(70)
+    acker.ack(0)
+    acker.ack(65)
+    words = acker.ack_set()
+    assert len(words) == 2
+    assert words[0] == -2  # all 64 bits set but bit 0, as a signed int64
+    assert words[1] == 0b111101
+
+
+def test_ack_grouping_tracker() -> None:
+    tracker = AckGroupingTracker(max_size=3)
+    assert not tracker.add((1, 1))
+    assert not tracker.add((1, 2))
+    assert tracker.is_duplicate((1, 2))
+    assert tracker.add((1, 5))  # reaches max_size: flush now
+    tracker.add_cumulative((1, 2))
+    individual, cumulative = tracker.take()
+    assert individual == [(1, 5)] and cumulative == (1, 2)
+    assert tracker.is_duplicate((1, 1))  # covered by the cumulative ack
+    assert not tracker.is_duplicate((1, 3))
+    assert not tracker.pending
+    tracker.restore([(2, 2)], (1, 3))
+    assert tracker.take() == ([(2, 2)], (1, 3))
+
+
+# ---------------------------------------------------------------- nacks & backoff
+
+
+def test_multiplier_redelivery_backoff_curve() -> None:
+    backoff = MultiplierRedeliveryBackoff(min_delay=1.0, max_delay=60.0, multiplier=2)
+    assert [backoff.next_delay(n) for n in range(8)] == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert backoff.next_delay(10_000) == 60.0
+    assert MultiplierRedeliveryBackoff(0.5, 10, 3).next_delay(2) == 4.5
+    with pytest.raises(ValueError):
+        MultiplierRedeliveryBackoff(5, 1)
+
+
+def test_nack_tracker_fixed_delay_with_fake_clock() -> None:
+    clock = FakeClock()
+    tracker = NegativeAcksTracker(delay=5.0, clock=clock)
+    tracker.add((1, 1))
+    clock.now += 2
+    tracker.add((1, 2))
+    assert tracker.next_deadline() == 1005.0
+    assert tracker.pop_due() == []
+    clock.now = 1005.0
+    assert tracker.pop_due() == [(1, 1)]
+    assert tracker.next_deadline() == 1007.0
+    tracker.remove((1, 2))
+    assert tracker.next_deadline() is None
+    assert len(tracker) == 0
+
+
+def test_nack_tracker_uses_backoff_and_redelivery_count() -> None:
+    clock = FakeClock(0.0)
+    tracker = NegativeAcksTracker(
+        delay=60.0, backoff=MultiplierRedeliveryBackoff(1.0, 60.0, 2), clock=clock
+    )
+    assert tracker.add((1, 0), redelivery_count=0) == 1.0
+    assert tracker.add((1, 1), redelivery_count=3) == 8.0
+    assert tracker.add((1, 2), redelivery_count=20) == 60.0
+    assert tracker.pop_due(0.99) == []
+    assert tracker.pop_due(8.0) == [(1, 0), (1, 1)]
+    # A second nack of a pending entry keeps the earlier due time.
+    assert tracker.add((1, 2), redelivery_count=0) == 1.0
+    assert tracker.pop_due(1.0) == [(1, 2)]
+    assert tracker.pop_due(100.0) == []
+
+
+def test_ack_timeout_tracker_with_fake_clock() -> None:
+    clock = FakeClock(0.0)
+    tracker = AckTimeoutTracker(10.0, clock=clock)
+    tracker.add(MessageId(1, 1))
+    clock.now = 3
+    tracker.add(MessageId(1, 2, 0, -1, 2))
+    tracker.add(MessageId(1, 2, 1, -1, 2))
+    clock.now = 5
+    tracker.add(MessageId(1, 3))
+    tracker.remove(MessageId(1, 3))
+    assert tracker.next_deadline() == 10.0
+    assert tracker.pop_expired(9.9) == []
+    assert tracker.pop_expired(10.0) == [(1, 1)]
+    tracker.add(MessageId(1, 4))  # deadline 15
+    assert tracker.pop_expired(13.0) == [(1, 2)]  # both batch messages, one entry
+    tracker.remove_up_to(MessageId(1, 4))
+    assert len(tracker) == 0
+    with pytest.raises(ValueError):
+        AckTimeoutTracker(0)
+
+
+def test_reconnect_backoff_grows_and_resets() -> None:
+    clock = FakeClock(0.0)
+    backoff = Backoff(0.1, 1.0, jitter=0.0, clock=clock)
+    delays = [backoff.next() for _ in range(6)]
+    assert delays == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0, 1.0])
+    clock.now = 3.0
+    assert backoff.elapsed() == 3.0
+    backoff.reset()
+    assert backoff.next() == pytest.approx(0.1)
+    jittered = Backoff(1.0, 10.0, jitter=0.5, rng=lambda: 1.0)
+    assert jittered.next() == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------- routing & names
+
+
+def test_routers() -> None:
+    rr = RoundRobinRouter(start=0)
+    assert [rr(None, 3) for _ in range(4)] == [0, 1, 2, 0]
+    assert rr("key-1", 7) == key_hash("key-1") % 7  # keys hash, as in Java
+    single = KeyHashRouter(single=5)
+    assert {single(None, 4) for _ in range(5)} == {1}
+    assert single("abc", 4) == key_hash("abc") % 4
+    assert make_router(lambda key, n: n - 1)(None, 4) == 3
+    with pytest.raises(ValueError):
+        make_router("random")
+
+
+def test_topic_names() -> None:
+    assert complete_topic_name("x") == "persistent://public/default/x"
+    assert complete_topic_name("t/ns/x") == "persistent://t/ns/x"
+    assert complete_topic_name("non-persistent://a/b/c") == "non-persistent://a/b/c"
+    with pytest.raises(ValueError):
+        complete_topic_name("a/b")
+    with pytest.raises(ValueError):
+        complete_topic_name("http://a/b/c")
+    name = partition_name("persistent://public/default/x", 3)
+    assert name == "persistent://public/default/x-partition-3"
+    assert partition_index(name) == 3 and partitioned_base(name).endswith("/x")
+    assert namespace_of("x") == "public/default"
+    assert pattern_namespace("persistent://t1/ns1/foo-.*") == ("persistent", "t1/ns1")
+    with pytest.raises(ValueError):
+        pattern_namespace("persistent://t.*/ns/x")
+
+
+def test_service_url_parsing() -> None:
+    assert parse_service_url("pulsar://localhost:6650") == ([("localhost", 6650)], False)
+    assert parse_service_url("pulsar://a:1,b:2") == ([("a", 1), ("b", 2)], False)
+    assert parse_service_url("pulsar+ssl://h") == ([("h", 6651)], True)
+    assert parse_service_url("pulsar://[::1]:7000") == ([("::1", 7000)], False)
+    with pytest.raises(ValueError):
+        parse_service_url("http://h:1")
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_error_mapping() -> None:
+    exc = errors.error_for_code(pb.ProducerBusy, "producer x is busy")
+    assert isinstance(exc, errors.ProducerBusy) and isinstance(exc, errors.PulsarError)
+    assert exc.message == "producer x is busy" and exc.code == pb.ProducerBusy
+    assert errors.error_class(pb.TopicTerminatedError) is errors.TopicTerminated
+    assert errors.error_class(pb.NotAllowedError) is errors.NotAllowed
+    assert errors.error_class(pb.ProducerFenced) is errors.ProducerFenced
+    assert errors.error_class(pb.ProducerBlockedQuotaExceededException) is (
+        errors.ProducerBlockedQuotaExceeded)
+    assert errors.error_class(9999) is errors.UnknownError
+    assert str(errors.error_for_code(pb.ServiceNotReady)) == "ServiceNotReady"
+    assert issubclass(errors.TimeoutError, builtins.TimeoutError)
+    assert issubclass(errors.RequestTimeout, errors.TimeoutError)
+    assert errors.is_retriable(errors.ServiceNotReady("x"))
+    assert not errors.is_retriable(errors.ProducerFenced("x"))
+
+
+# ---------------------------------------------------------------- receiver queue
+
+
+async def test_receiver_queue_hands_over_and_filters() -> None:
+    queue: ReceiverQueue[int] = ReceiverQueue()
+    waiter = asyncio.ensure_future(queue.get())
+    await asyncio.sleep(0)
+    queue.put(1)
+    assert await waiter == 1
+    for i in range(2, 6):
+        queue.put(i)
+    assert queue.remove_if(lambda x: x % 2 == 0) == 2
+    assert [queue.get_nowait(), queue.get_nowait(), queue.get_nowait()] == [3, 5, None]
+    with pytest.raises(builtins.TimeoutError):
+        await queue.get(0.01)
+    assert not queue._waiters  # the timed-out waiter is gone
+    queue.close(errors.AlreadyClosed("closed"))
+    with pytest.raises(errors.AlreadyClosed):
+        await queue.get()
