@@ -77,6 +77,11 @@ class AckGroupingTracker:
                 self._individual = {p: None for p in self._individual if p > position}
         return False
 
+    @property
+    def maybe_acked(self) -> bool:
+        """False when :meth:`is_duplicate` is certainly False (nothing acked yet)."""
+        return self._last_cumulative is not None or bool(self._individual)
+
     def is_duplicate(self, position: Position) -> bool:
         """True if this entry's ack is already queued or covered by a cumulative ack."""
         if self._last_cumulative is not None and position <= self._last_cumulative:

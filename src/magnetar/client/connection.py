@@ -209,6 +209,18 @@ class Connection(asyncio.Protocol):
             self._loop.call_soon(self._flush)
         return True
 
+    def write_now(self, data: bytes) -> bool:
+        """Write at once, after anything buffered (for frames that must not wait for
+        the loop, like FLOW: a consumer draining its queue may not yield for a while)."""
+        if self.closed or self._transport is None:
+            return False
+        if self._wbuf:
+            self._wbuf.append(data)
+            self._flush()
+        else:
+            self._transport.write(data)
+        return True
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         if not self._wbuf or self._transport is None or self.closed:

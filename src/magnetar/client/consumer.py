@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from google.protobuf.message import DecodeError
+
 from magnetar.client.ack_timeout import AckTimeoutTracker
 from magnetar.client.acks import AckGroupingTracker, BatchAcker, Position
 from magnetar.client.backoff import Clock, RedeliveryBackoff
@@ -29,14 +31,14 @@ from magnetar.client.errors import (
     TimeoutError,
 )
 from magnetar.client.handler import ConnectionHandler
-from magnetar.client.message import Message, payload_to_messages
+from magnetar.client.message import Message, new_id, payload_to_messages
 from magnetar.client.nack import NegativeAcksTracker
 from magnetar.client.receiver_queue import ReceiverQueue
 from magnetar.client.schema import SchemaInfo
 from magnetar.client.topic_name import partition_index, partition_name, partitioned_base
-from magnetar.protocol.client_codec import encode_flow
+from magnetar.protocol.client_codec import encode_flow, split_entry
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
-from magnetar.protocol.frames import encode_command, parse_metadata, parse_payload
+from magnetar.protocol.frames import encode_command
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
 
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("magnetar.client.consumer")
 T = BaseCommand.Type
 _Sub = pb.CommandSubscribe
+
+_parse_metadata = pb.MessageMetadata.FromString
 
 SUBSCRIPTION_TYPES = {
     "exclusive": _Sub.Exclusive,
@@ -231,29 +235,30 @@ class TopicConsumer(ConnectionHandler):
         ledger = mid.ledgerId
         entry = mid.entryId
         try:
-            section = parse_payload(body)
-            metadata = parse_metadata(section)
+            metadata_bytes, payload = split_entry(body)
+            metadata = _parse_metadata(metadata_bytes)
         except ChecksumMismatch:
             log.error("%s: entry %d:%d fails its checksum; discarding it",
                       self.topic, ledger, entry)
             self._discard(ledger, entry, pb.CommandAck.ChecksumMismatch)
             return
-        except ProtocolError as exc:
+        except (ProtocolError, DecodeError) as exc:
             log.error("%s: entry %d:%d does not parse (%s); discarding it",
                       self.topic, ledger, entry, exc)
             self._discard(ledger, entry, pb.CommandAck.BatchDeSerializeError)
             return
         batched = metadata.HasField("num_messages_in_batch")
         count = metadata.num_messages_in_batch if batched else 1
-        if cmd.HasField("consumer_epoch") and cmd.consumer_epoch < self._consumer_epoch:
+        if (self._consumer_epoch and cmd.HasField("consumer_epoch")
+                and cmd.consumer_epoch < self._consumer_epoch):
             self._credit(count)  # dispatched before a redeliver-all; it comes again
             return
         position = (ledger, entry)
-        if self._acks.is_duplicate(position):
+        if self._acks.maybe_acked and self._acks.is_duplicate(position):
             self._credit(count)
             return
         try:
-            items = payload_to_messages(metadata, section.payload)  # the PIP-96 seam
+            items = payload_to_messages(metadata, payload)  # the PIP-96 seam
         except ProtocolError as exc:
             log.error("%s: entry %d:%d cannot be decoded (%s); discarding it",
                       self.topic, ledger, entry, exc)
@@ -264,7 +269,8 @@ class TopicConsumer(ConnectionHandler):
         redelivery_count = cmd.redelivery_count
         publish_time = metadata.publish_time
         producer_name = metadata.producer_name
-        schema_version = metadata.schema_version if metadata.HasField("schema_version") else None
+        has = metadata.HasField
+        schema_version = metadata.schema_version if has("schema_version") else None
         start = self._start
         check_start = start is not None and start.ledger_id == ledger
         inclusive = self._start_inclusive
@@ -273,23 +279,20 @@ class TopicConsumer(ConnectionHandler):
             if check_start and start is not None and _prior(entry, start.entry_id, inclusive):
                 self._credit(1)
                 return
-            _single, payload = items[0]
             put(Message(
-                payload,
-                MessageId(ledger, entry, -1, partition),
-                topic=topic,
-                key=metadata.partition_key if metadata.HasField("partition_key") else None,
-                ordering_key=(
-                    metadata.ordering_key if metadata.HasField("ordering_key") else None
-                ),
-                properties={kv.key: kv.value for kv in metadata.properties},
-                event_time=metadata.event_time or None,
-                publish_time=publish_time,
-                redelivery_count=redelivery_count,
-                producer_name=producer_name,
-                sequence_id=metadata.sequence_id,
-                schema_version=schema_version,
-                consumer=self,
+                items[0][1],
+                new_id(ledger, entry, -1, partition, 0),
+                topic,
+                metadata.partition_key if has("partition_key") else None,
+                metadata.ordering_key if has("ordering_key") else None,
+                {kv.key: kv.value for kv in metadata.properties} if metadata.properties else {},
+                metadata.event_time or None,
+                publish_time,
+                redelivery_count,
+                producer_name,
+                metadata.sequence_id,
+                schema_version,
+                self,
             ))
             return
         n = len(items)
@@ -308,35 +311,28 @@ class TopicConsumer(ConnectionHandler):
                 skipped += 1
                 continue
             if single is None:  # only a PIP-96 processor yields these inside a batch
-                key = None
-                properties: dict[str, str] = {}
-                event_time = None
-                ordering_key = None
-                sequence_id = base_sequence + index
-            else:
-                key = single.partition_key if single.HasField("partition_key") else None
-                properties = {kv.key: kv.value for kv in single.properties}
-                event_time = single.event_time or None
-                ordering_key = single.ordering_key if single.HasField("ordering_key") else None
-                sequence_id = (
-                    single.sequence_id if single.HasField("sequence_id")
-                    else base_sequence + index
-                )
+                put(Message(
+                    payload, new_id(ledger, entry, index, partition, n), topic,
+                    None, None, {}, None, publish_time, redelivery_count, producer_name,
+                    base_sequence + index, schema_version, self, acker,
+                ))
+                continue
+            shas = single.HasField
             put(Message(
                 payload,
-                MessageId(ledger, entry, index, partition, n),
-                topic=topic,
-                key=key,
-                ordering_key=ordering_key,
-                properties=properties,
-                event_time=event_time,
-                publish_time=publish_time,
-                redelivery_count=redelivery_count,
-                producer_name=producer_name,
-                sequence_id=sequence_id,
-                schema_version=schema_version,
-                consumer=self,
-                acker=acker,
+                new_id(ledger, entry, index, partition, n),
+                topic,
+                single.partition_key if shas("partition_key") else None,
+                single.ordering_key if shas("ordering_key") else None,
+                {kv.key: kv.value for kv in single.properties} if single.properties else {},
+                single.event_time or None,
+                publish_time,
+                redelivery_count,
+                producer_name,
+                single.sequence_id if shas("sequence_id") else base_sequence + index,
+                schema_version,
+                self,
+                acker,
             ))
         if skipped:
             self._credit(skipped)
@@ -365,7 +361,7 @@ class TopicConsumer(ConnectionHandler):
         if self._permits >= self._threshold:
             conn = self._conn
             if conn is not None:
-                conn.write(encode_flow(self.consumer_id, self._permits))
+                conn.write_now(encode_flow(self.consumer_id, self._permits))
                 self._permits = 0
 
     def _on_dequeued(self, msg: Message) -> None:
@@ -374,7 +370,7 @@ class TopicConsumer(ConnectionHandler):
         if self._permits >= self._threshold:
             conn = self._conn
             if conn is not None:
-                conn.write(encode_flow(self.consumer_id, self._permits))
+                conn.write_now(encode_flow(self.consumer_id, self._permits))
                 self._permits = 0
         self.last_dequeued = msg.message_id
         if self._unacked is not None:
@@ -395,7 +391,8 @@ class TopicConsumer(ConnectionHandler):
                     return  # the entry is acked when all of its messages are
                 if self._batch_ackers.get(position) is acker:
                     del self._batch_ackers[position]
-        self._nacks.remove(position)
+        if self._nacks:
+            self._nacks.remove(position)
         if self._acks.add(position) or self.conf.ack_group_time <= 0:
             self._flush_acks()
         elif self._ack_timer is None:
@@ -901,6 +898,11 @@ class Consumer:
     ) -> None:
         """Acknowledge one message. Grouped acks return once queued (see
         :meth:`flush_acks`); a PIP-371 ``reply`` goes out at once with its ack."""
+        if reply is None and type(message) is Message:
+            sub = message._consumer  # the hot path: a message received here
+            if sub is not None and sub._parent is self and not self._closed:
+                sub.acknowledge(message.message_id, message._acker)
+                return
         self._check_open()
         sub, message_id, acker = self._sub_for(message)
         if reply is not None:

@@ -40,6 +40,25 @@ def payload_to_messages(
     return [(None, payload)]
 
 
+_new_object = object.__new__
+_set_ledger = vars(MessageId)["ledger_id"].__set__
+_set_entry = vars(MessageId)["entry_id"].__set__
+_set_batch_index = vars(MessageId)["batch_index"].__set__
+_set_partition = vars(MessageId)["partition"].__set__
+_set_batch_size = vars(MessageId)["batch_size"].__set__
+
+
+def new_id(ledger: int, entry: int, batch_index: int, partition: int, batch_size: int) -> MessageId:
+    """``MessageId(...)`` without the frozen dataclass's slow ``__init__`` (hot path)."""
+    mid: MessageId = _new_object(MessageId)
+    _set_ledger(mid, ledger)
+    _set_entry(mid, entry)
+    _set_batch_index(mid, batch_index)
+    _set_partition(mid, partition)
+    _set_batch_size(mid, batch_size)
+    return mid
+
+
 class Message:
     """A received message.
 
@@ -69,7 +88,6 @@ class Message:
         self,
         value: bytes,
         message_id: MessageId,
-        *,
         topic: str,
         key: str | None = None,
         ordering_key: bytes | None = None,
@@ -83,6 +101,7 @@ class Message:
         consumer: Any = None,
         acker: BatchAcker | None = None,
     ) -> None:
+        # Positional on the consumer's hot path: keyword calls cost more.
         self.value = value
         self.message_id = message_id
         self.topic = topic

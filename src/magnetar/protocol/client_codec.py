@@ -1,4 +1,4 @@
-"""Hand-written encoders for the client's hot commands (SEND, FLOW, metadata).
+"""Hand-written codecs for the client's hot paths (SEND, FLOW, metadata, MESSAGE bodies).
 
 Building a protobuf object per message costs more than writing the few bytes
 directly; these functions produce exactly what ``SerializeToString`` would for
@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 
+from magnetar.protocol.errors import ChecksumMismatch, MalformedFrame
 from magnetar.protocol.frames import MAGIC_CRC32C, crc32c
 
 _TWO_U32 = struct.Struct(">II")
@@ -21,10 +22,14 @@ _U64 = (1 << 64) - 1
 
 
 def varint(value: int) -> bytes:
-    if 0 <= value < 128:
+    if 0 <= value < 0x80:
         return _SMALL[value]
+    if 0 < value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if 0 < value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     value &= _U64  # negative int64 values take ten bytes, as protobuf writes them
-    out = bytearray()
+    out = []
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
@@ -159,3 +164,31 @@ def _empty_command(type_and_field: bytes) -> bytes:
 # BaseCommand{type=PING(18), ping={}} and BaseCommand{type=PONG(19), pong={}}
 PING_FRAME = _empty_command(b"\x08\x12\x92\x01\x00")
 PONG_FRAME = _empty_command(b"\x08\x13\x9a\x01\x00")
+
+
+def split_entry(body: bytes, verify_checksum: bool = True) -> tuple[bytes, bytes]:
+    """``(metadata bytes, payload bytes)`` of a MESSAGE body, checking its CRC32C.
+
+    The same cut as :func:`magnetar.protocol.frames.parse_payload`, without the
+    intermediate objects (this runs once per received entry).
+    """
+    pos = 0
+    if body[:2] == b"\x0e\x02":  # broker entry metadata first: skip it
+        if len(body) < 6:
+            raise MalformedFrame("truncated broker entry metadata")
+        pos = 6 + _U32.unpack_from(body, 2)[0]
+    if body[pos:pos + 2] == b"\x0e\x01":
+        if len(body) - pos < 6:
+            raise MalformedFrame("payload section too short for its checksum")
+        expected = _U32.unpack_from(body, pos + 2)[0]
+        pos += 6
+        if verify_checksum and crc32c(memoryview(body)[pos:]) != expected:
+            raise ChecksumMismatch("payload checksum does not match its frame")
+    if len(body) - pos < 4:
+        raise MalformedFrame("payload section too short for its metadata size")
+    size = _U32.unpack_from(body, pos)[0]
+    pos += 4
+    end = pos + size
+    if end > len(body):
+        raise MalformedFrame(f"metadata size {size} runs past the end of the frame")
+    return body[pos:end], body[end:]
