@@ -36,6 +36,7 @@ from magnetar.client.errors import (
 from magnetar.client.message import Message
 from magnetar.client.producer import Producer
 from magnetar.client.reader import Reader
+from magnetar.client.request_reply import ReplyResult, Request
 from magnetar.client.schema import BytesSchema, JsonSchema, SchemaInfo, StringSchema
 from magnetar.protocol.message_id import EARLIEST, LATEST, MessageId
 
@@ -65,6 +66,8 @@ __all__ = [
     "PulsarError",
     "Reader",
     "RedeliveryBackoff",
+    "ReplyResult",
+    "Request",
     "RequestTimeout",
     "SchemaInfo",
     "ServiceNotReady",

@@ -34,17 +34,17 @@ from magnetar.client.handler import ConnectionHandler
 from magnetar.client.message import Message, new_id, payload_to_messages
 from magnetar.client.nack import NegativeAcksTracker
 from magnetar.client.receiver_queue import ReceiverQueue
+from magnetar.client.request_reply import Request
 from magnetar.client.schema import SchemaInfo
 from magnetar.client.topic_name import partition_index, partition_name, partitioned_base
 from magnetar.protocol.client_codec import encode_flow, split_entry
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
-from magnetar.protocol.frames import encode_command
+from magnetar.protocol.frames import encode_command, encode_command_with_body
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.client.client import Client
-    from magnetar.client.request_reply import Request
 
 log = logging.getLogger("magnetar.client.consumer")
 T = BaseCommand.Type
@@ -421,6 +421,43 @@ class TopicConsumer(ConnectionHandler):
             self._flush_acks()
         elif self._ack_timer is None:
             self._ack_timer = self._loop.call_later(self.conf.ack_group_time, self._flush_acks)
+
+    def reply(self, message: Message, body: bytes, is_error: bool) -> None:
+        """PIP-371: acknowledge ``message`` with a reply for its producer, at once.
+
+        The ACK names the request by its full id (with the batch index); for a
+        batch that still has unacknowledged messages it carries their ``ack_set``
+        so the broker keeps the entry.
+        """
+        conn = self._require_connection()
+        if not message.producer_name:
+            raise ValueError("the message has no producer name to reply to")
+        message_id = message.message_id
+        position = (message_id.ledger_id, message_id.entry_id)
+        cmd = BaseCommand(type=T.ACK)
+        ack = cmd.ack
+        ack.consumer_id = self.consumer_id
+        ack.ack_type = pb.CommandAck.Individual
+        ack.reply_to_client = message.producer_name
+        if is_error:
+            ack.reply_is_error = True
+        data = message_id.to_pb(ack.message_id.add())
+        data.ClearField("partition")
+        if self._unacked is not None:
+            self._unacked.remove(message_id)
+        complete = True
+        if message_id.batch_index >= 0:
+            acker = message._acker or self._batch_ackers.get(position)
+            if acker is not None:
+                complete = acker.ack(message_id.batch_index)
+                if complete:
+                    if self._batch_ackers.get(position) is acker:
+                        del self._batch_ackers[position]
+                else:
+                    data.ack_set.extend(acker.ack_set())
+        if complete and self._nacks:
+            self._nacks.remove(position)
+        conn.write_now(encode_command_with_body(cmd, body))
 
     def _flush_acks(self) -> None:
         if self._ack_timer is not None:
@@ -915,7 +952,8 @@ class Consumer:
     async def _reply(
         self, sub: TopicConsumer, message: Message, reply: bytes | str, is_error: bool
     ) -> None:
-        raise NotImplementedError
+        body = reply.encode() if isinstance(reply, str) else bytes(reply)
+        sub.reply(message, body, is_error)
 
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge this message and every earlier one of its topic (or partition)."""
@@ -971,8 +1009,30 @@ class Consumer:
 
     # ------------------------------------------------------------------ PIP-371
 
-    def requests(self) -> AsyncIterator[Request]:
-        raise NotImplementedError
+    async def requests(
+        self,
+        *,
+        skip_expired: bool = False,
+        clock: Callable[[], float] | None = None,
+    ) -> AsyncIterator[Request]:
+        """PIP-371 request handling: ``async for req in consumer.requests(): await req.reply(...)``.
+
+        Every message comes as a :class:`~magnetar.client.request_reply.Request`
+        (``req.is_request`` is False for ordinary messages).  With
+        ``skip_expired``, requests whose requester has already given up are
+        acknowledged without a reply and not yielded.  ``clock`` returns seconds
+        since the epoch (``time.time`` by default).
+        """
+        while True:
+            try:
+                msg = await self.receive()
+            except AlreadyClosed:
+                return
+            request = Request(self, msg, clock)
+            if skip_expired and request.is_expired():
+                await self.acknowledge(msg)
+                continue
+            yield request
 
     # ------------------------------------------------------------------ closing
 

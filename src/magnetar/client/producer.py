@@ -30,6 +30,12 @@ from magnetar.client.errors import (
     error_for_code,
 )
 from magnetar.client.handler import ConnectionHandler
+from magnetar.client.request_reply import (
+    REQUEST_TIMEOUT_PROPERTY,
+    PendingRequest,
+    PendingRequests,
+    ReplyResult,
+)
 from magnetar.client.routing import Router
 from magnetar.client.schema import SchemaInfo
 from magnetar.protocol.client_codec import (
@@ -43,7 +49,6 @@ from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.client.client import Client
-    from magnetar.client.request_reply import PendingRequests, ReplyResult
 
 log = logging.getLogger("magnetar.client.producer")
 T = BaseCommand.Type
@@ -93,7 +98,7 @@ class OutgoingMessage:
     event_time: int | None = None
     sequence_id: int | None = None
     deliver_at: int | None = None  # ms since the epoch
-    request_timeout: float | None = None  # PIP-371: this message is a request
+    request: PendingRequest | None = None  # PIP-371: this message is a request
 
 
 class _Op:
@@ -275,7 +280,7 @@ class PartitionProducer(ConnectionHandler):
         else:
             sequence_id = self._next_sequence_id
             self._next_sequence_id += 1
-        request = self._new_request(msg, future) if msg.request_timeout is not None else None
+        request = msg.request
         self._pending_messages += 1
         batch = self._batch
         if batch is not None and msg.deliver_at is None:
@@ -520,8 +525,24 @@ class PartitionProducer(ConnectionHandler):
         if self._requests is not None:
             self._requests.on_receipt(receipt, body)
 
-    def _new_request(self, msg: OutgoingMessage, future: asyncio.Future[MessageId]) -> Any:
-        raise NotImplementedError("request-reply is added by magnetar.client.request_reply")
+    def request_async(self, msg: OutgoingMessage, timeout: float) -> asyncio.Future[ReplyResult]:
+        """PIP-371: send ``msg`` as a request; the future gets the reply."""
+        if self._requests is None:
+            self._requests = PendingRequests(self.topic)
+        requests = self._requests
+        request = requests.new(timeout)
+        msg.request = request
+        sent = self.send_async(msg)
+
+        def on_sent(future: asyncio.Future[MessageId]) -> None:
+            exc = future.exception() if not future.cancelled() else None
+            if exc is not None:
+                requests.fail(request, exc)
+            elif future.cancelled():
+                requests.fail(request, AlreadyClosed("request cancelled"))
+
+        sent.add_done_callback(on_sent)
+        return request.future
 
     # ------------------------------------------------------------------ flush / close
 
@@ -546,6 +567,11 @@ class PartitionProducer(ConnectionHandler):
                 await asyncio.wait_for(self.flush(), self._client.operation_timeout)
         self._closed = True
         self._stop_reconnecting()
+        if self._requests is not None and len(self._requests):
+            self._requests.fail_all(AlreadyClosed(
+                f"producer {self.producer_name} on {self.topic} was closed while requests "
+                "were waiting for their replies"
+            ))
         if self._batch_timer is not None:
             self._batch_timer.cancel()
             self._batch_timer = None
@@ -679,7 +705,19 @@ class Producer:
         key: str | None = None,
         properties: Mapping[str, str] | None = None,
     ) -> asyncio.Future[ReplyResult]:
-        raise NotImplementedError
+        """PIP-371: send a request; the future completes with the consumer's reply.
+
+        The request carries its timeout (``magnetar.request.timeout.ms``) so the
+        consumer can skip stale work; after ``timeout`` seconds the future fails
+        with :class:`~magnetar.client.errors.RequestTimeout` and a late reply is
+        ignored.
+        """
+        if timeout <= 0:
+            raise ValueError("a request needs a positive timeout")
+        props = dict(properties or {})
+        props[REQUEST_TIMEOUT_PROPERTY] = str(int(timeout * 1000))
+        msg = OutgoingMessage(to_bytes(value), key, None, props)
+        return self._pick(key).request_async(msg, timeout)
 
     async def request(
         self,
@@ -689,6 +727,7 @@ class Producer:
         key: str | None = None,
         properties: Mapping[str, str] | None = None,
     ) -> ReplyResult:
+        """PIP-371: send a request and wait for its reply (see :meth:`request_async`)."""
         return await self.request_async(value, timeout=timeout, key=key, properties=properties)
 
     async def flush(self) -> None:

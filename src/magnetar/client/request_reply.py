@@ -1,34 +1,258 @@
-"""PIP-371 request-reply (client side). Filled in after the core client."""
+"""PIP-371 request-reply, client side.
+
+A request is an ordinary message that carries its timeout in the property
+``magnetar.request.timeout.ms``.  A consumer answers it by acknowledging it with
+a reply (``consumer.acknowledge(msg, reply=b"...")``): the ACK frame names the
+requester (``reply_to_client`` = the message's producer name) and carries the
+reply bytes after the command.  The broker forwards the reply to the requesting
+producer as REQUEST_RECEIPT; :class:`PendingRequests` matches it to the request
+by message id (with the batch index when the request was batched).
+
+A REQUEST_RECEIPT can overtake the SEND_RECEIPT of its own request (the reply
+travels on another path), so receipts for ids the producer does not know yet are
+kept until the send receipts catch up.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
+from magnetar.client.errors import RequestTimeout
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
+
+if TYPE_CHECKING:
+    from magnetar.client.consumer import Consumer
+    from magnetar.client.message import Message
+
+REQUEST_TIMEOUT_PROPERTY = "magnetar.request.timeout.ms"
+
+# Replies that arrived before their request's send receipt, kept at most this many.
+_MAX_EARLY = 10_000
+# Ids of requests given up on, so that their late replies are recognized and dropped.
+_MAX_EXPIRED = 10_000
+
+RequestKey = tuple[int, int, int]  # (ledger, entry, batch index)
 
 
 @dataclass(frozen=True, slots=True)
 class ReplyResult:
+    """The answer to a request: the consumer's reply bytes and whether it is an error."""
+
     request_message_id: MessageId
     value: bytes
     is_error: bool
 
 
+def _key(message_id: MessageId) -> RequestKey:
+    return (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+
+
+class PendingRequest:
+    """One request in flight: its future, its timer and (once sent) its id."""
+
+    __slots__ = ("done", "future", "key", "timeout", "timer")
+
+    def __init__(self, future: asyncio.Future[ReplyResult], timeout: float) -> None:
+        self.future = future
+        self.timeout = timeout
+        self.timer: asyncio.TimerHandle | None = None
+        self.key: RequestKey | None = None
+        self.done = False
+
+
 class PendingRequests:
-    def sent(self, request: Any, message_id: MessageId) -> None:
-        raise NotImplementedError
+    """The requests of one partition producer, waiting for their replies."""
 
-    def fail(self, request: Any, exc: BaseException) -> None:
-        raise NotImplementedError
+    def __init__(self, topic: str) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.topic = topic
+        self._by_key: dict[RequestKey, PendingRequest] = {}
+        self._unsent: set[PendingRequest] = set()  # no send receipt yet
+        self._early: OrderedDict[RequestKey, tuple[MessageId, bytes, bool]] = OrderedDict()
+        self._expired: OrderedDict[RequestKey, None] = OrderedDict()
+        self.late_replies = 0  # replies dropped because their request was over
 
-    def fail_all(self, exc: BaseException) -> None:
-        raise NotImplementedError
+    def __len__(self) -> int:
+        return len(self._by_key) + len(self._unsent)
+
+    def new(self, timeout: float) -> PendingRequest:
+        future: asyncio.Future[ReplyResult] = self._loop.create_future()
+        request = PendingRequest(future, timeout)
+        request.timer = self._loop.call_later(timeout, self._timed_out, request)
+        self._unsent.add(request)
+        return request
+
+    def sent(self, request: PendingRequest, message_id: MessageId) -> None:
+        """The request's send receipt arrived: from now on it is known by its id."""
+        self._unsent.discard(request)
+        key = _key(message_id)
+        early = self._early.pop(key, None)
+        if request.done:
+            self._remember_expired(key)
+            if early is not None:
+                self.late_replies += 1
+        else:
+            request.key = key
+            if early is not None:
+                self._complete(request, ReplyResult(*early))
+            else:
+                self._by_key[key] = request
+        if not self._unsent and self._early:
+            self._early_cleanup()
 
     def on_receipt(self, receipt: pb.CommandRequestReceipt, body: bytes) -> None:
-        raise NotImplementedError
+        message_id = MessageId.from_pb(receipt.request_message_id)
+        key = _key(message_id)
+        request = self._by_key.pop(key, None)
+        if request is not None:
+            self._complete(request, ReplyResult(message_id, body, receipt.is_error))
+            return
+        if key in self._expired or not self._unsent:
+            self.late_replies += 1  # timed out, already answered, or not ours
+            return
+        # The reply overtook the send receipt of its request.
+        self._early[key] = (message_id, body, receipt.is_error)
+        while len(self._early) > _MAX_EARLY:
+            self._early.popitem(last=False)
+
+    def fail(self, request: PendingRequest, exc: BaseException) -> None:
+        self._unsent.discard(request)
+        if request.key is not None:
+            self._by_key.pop(request.key, None)
+        self._finish(request)
+        if not request.future.done():
+            request.future.set_exception(exc)
+
+    def fail_all(self, exc: BaseException) -> None:
+        for request in [*self._unsent, *self._by_key.values()]:
+            self.fail(request, exc)
+        self._early.clear()
+
+    # ------------------------------------------------------------------ internals
+
+    def _complete(self, request: PendingRequest, result: ReplyResult) -> None:
+        self._finish(request)
+        if not request.future.done():
+            request.future.set_result(result)
+
+    def _finish(self, request: PendingRequest) -> None:
+        request.done = True
+        if request.timer is not None:
+            request.timer.cancel()
+            request.timer = None
+
+    def _timed_out(self, request: PendingRequest) -> None:
+        request.timer = None
+        if request.done:
+            return
+        if request.key is not None:
+            self._by_key.pop(request.key, None)
+            self._remember_expired(request.key)
+        # An unsent request stays in _unsent until its send receipt (or failure)
+        # tells us its id, so that a late reply to it is recognized.
+        request.done = True
+        if not request.future.done():
+            request.future.set_exception(RequestTimeout(
+                f"no reply within {request.timeout}s to a request on {self.topic}"
+            ))
+
+    def _remember_expired(self, key: RequestKey) -> None:
+        self._expired[key] = None
+        while len(self._expired) > _MAX_EXPIRED:
+            self._expired.popitem(last=False)
+
+    def _early_cleanup(self) -> None:
+        # Every request has its id now: early receipts nobody claimed are not ours.
+        self.late_replies += len(self._early)
+        self._early.clear()
+
+
+def request_timeout_ms(message: Message) -> int | None:
+    """The timeout a request message carries (``None`` for an ordinary message)."""
+    raw = message.properties.get(REQUEST_TIMEOUT_PROPERTY)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
 
 
 class Request:
-    pass
+    """A received request, for the request-handler loop ``async for req in consumer.requests()``.
+
+    ``reply()`` acknowledges the message with the reply; ``is_expired()`` tells
+    whether the requester has given up already (publish time + its timeout, on
+    ``clock``, milliseconds since the epoch).
+    """
+
+    __slots__ = ("_clock", "_consumer", "message")
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        message: Message,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._consumer = consumer
+        self.message = message
+        self._clock = clock or time.time
+
+    @property
+    def value(self) -> bytes:
+        return self.message.value
+
+    @property
+    def key(self) -> str | None:
+        return self.message.key
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self.message.properties
+
+    @property
+    def message_id(self) -> MessageId:
+        return self.message.message_id
+
+    @property
+    def requester(self) -> str:
+        return self.message.producer_name
+
+    @property
+    def timeout_ms(self) -> int | None:
+        return request_timeout_ms(self.message)
+
+    @property
+    def is_request(self) -> bool:
+        """False for an ordinary message (a reply to it reaches nobody)."""
+        return self.timeout_ms is not None
+
+    @property
+    def deadline_ms(self) -> int | None:
+        timeout = self.timeout_ms
+        return None if timeout is None else self.message.publish_time + timeout
+
+    def is_expired(self) -> bool:
+        deadline = self.deadline_ms
+        return deadline is not None and self._clock() * 1000 > deadline
+
+    async def reply(self, value: bytes | str, *, is_error: bool = False) -> None:
+        """Acknowledge the request with ``value`` as its reply (sent at once)."""
+        await self._consumer.acknowledge(self.message, reply=value, is_error=is_error)
+
+    async def acknowledge(self) -> None:
+        """Acknowledge without replying (e.g. an expired request)."""
+        await self._consumer.acknowledge(self.message)
+
+    def negative_acknowledge(self) -> None:
+        self._consumer.negative_acknowledge(self.message)
+
+    def __repr__(self) -> str:
+        return f"<Request {self.message.message_id} from {self.requester!r}>"
+

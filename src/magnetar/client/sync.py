@@ -24,6 +24,7 @@ from magnetar.client import client as _aclient
 from magnetar.client import consumer as _aconsumer
 from magnetar.client import producer as _aproducer
 from magnetar.client import reader as _areader
+from magnetar.client import request_reply as _rr
 from magnetar.client.errors import AlreadyClosed, TimeoutError
 from magnetar.client.message import Message
 from magnetar.client.request_reply import ReplyResult
@@ -221,6 +222,19 @@ class Consumer:
     def unsubscribe(self) -> None:
         self._runner.run(self._consumer.unsubscribe())
 
+    def requests(self, *, skip_expired: bool = False) -> Iterator[Request]:
+        """PIP-371 request handling: ``for req in consumer.requests(): req.reply(b"...")``."""
+        while True:
+            try:
+                msg = self.receive()
+            except AlreadyClosed:
+                return
+            request = Request(self._runner, _rr.Request(self._consumer, msg))
+            if skip_expired and request.is_expired():
+                request.acknowledge()
+                continue
+            yield request
+
     def close(self) -> None:
         self._runner.run(self._consumer.close())
 
@@ -236,6 +250,43 @@ class Consumer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class Request:
+    """Blocking twin of :class:`magnetar.client.request_reply.Request`."""
+
+    def __init__(self, runner: _LoopThread, request: _rr.Request) -> None:
+        self._runner = runner
+        self._request = request
+
+    @property
+    def message(self) -> Message:
+        return self._request.message
+
+    @property
+    def value(self) -> bytes:
+        return self._request.value
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self._request.properties
+
+    @property
+    def is_request(self) -> bool:
+        return self._request.is_request
+
+    @property
+    def timeout_ms(self) -> int | None:
+        return self._request.timeout_ms
+
+    def is_expired(self) -> bool:
+        return self._request.is_expired()
+
+    def reply(self, value: bytes | str, *, is_error: bool = False) -> None:
+        self._runner.run(self._request.reply(value, is_error=is_error))
+
+    def acknowledge(self) -> None:
+        self._runner.run(self._request.acknowledge())
 
 
 class Reader:
