@@ -188,3 +188,19 @@ async def test_closed_client_refuses_work(broker: EmbeddedBroker) -> None:
         await consumer.receive(0.1)
     with pytest.raises(AlreadyClosed):
         await client.create_producer("lifecycle")
+
+
+async def test_token_authentication_goes_into_connect() -> None:
+    from magnetar.client import AuthenticationToken
+
+    server, url, log = await serve(lambda cmd, transport: None)
+    tokens = iter(["first-token", "second-token"])
+    client = Client(url, auth=AuthenticationToken(lambda: next(tokens)))
+    try:
+        await client._lookup.service_connection()
+        connect = next(c.connect for c in log if c.type == T.CONNECT)
+        assert connect.auth_method_name == "token"
+        assert connect.auth_data == b"first-token"
+    finally:
+        await client.close()
+        server.close()

@@ -26,7 +26,6 @@ from magnetar.client.backoff import Clock, RedeliveryBackoff
 from magnetar.client.connection import Connection
 from magnetar.client.errors import (
     AlreadyClosed,
-    ConnectError,
     PulsarError,
     TimeoutError,
 )
@@ -212,8 +211,7 @@ class TopicConsumer(ConnectionHandler):
         return msg._consumer is self
 
     def _on_close_consumer(self) -> None:
-        conn = self._conn
-        self._conn = None
+        conn = self._detach()
         if conn is not None:
             conn.remove_consumer(self.consumer_id, self)
         self._schedule_reconnect()
@@ -422,14 +420,14 @@ class TopicConsumer(ConnectionHandler):
         elif self._ack_timer is None:
             self._ack_timer = self._loop.call_later(self.conf.ack_group_time, self._flush_acks)
 
-    def reply(self, message: Message, body: bytes, is_error: bool) -> None:
+    async def reply(self, message: Message, body: bytes, is_error: bool) -> None:
         """PIP-371: acknowledge ``message`` with a reply for its producer, at once.
 
         The ACK names the request by its full id (with the batch index); for a
         batch that still has unacknowledged messages it carries their ``ack_set``
         so the broker keeps the entry.
         """
-        conn = self._require_connection()
+        conn = await self._wait_connection()
         if not message.producer_name:
             raise ValueError("the message has no producer name to reply to")
         message_id = message.message_id
@@ -570,16 +568,8 @@ class TopicConsumer(ConnectionHandler):
 
     # ------------------------------------------------------------------ requests
 
-    def _require_connection(self) -> Connection:
-        conn = self._conn
-        if self._closed:
-            raise AlreadyClosed(f"consumer on {self.topic} is closed")
-        if conn is None or conn.closed:
-            raise ConnectError(f"consumer on {self.topic} is not connected")
-        return conn
-
     async def seek(self, target: MessageId | int) -> None:
-        conn = self._require_connection()
+        conn = await self._wait_connection()
         request_id = conn.new_request_id()
         cmd = BaseCommand(type=T.SEEK)
         cmd.seek.consumer_id = self.consumer_id
@@ -606,7 +596,7 @@ class TopicConsumer(ConnectionHandler):
 
     async def get_last_message_id(self) -> tuple[MessageId, MessageId | None]:
         """The topic's last message id and this subscription's mark-delete position."""
-        conn = self._require_connection()
+        conn = await self._wait_connection()
         request_id = conn.new_request_id()
         cmd = BaseCommand(type=T.GET_LAST_MESSAGE_ID)
         cmd.getLastMessageId.consumer_id = self.consumer_id
@@ -642,7 +632,7 @@ class TopicConsumer(ConnectionHandler):
         return last_key >= start_key if self._start_inclusive else last_key > start_key
 
     async def unsubscribe(self) -> None:
-        conn = self._require_connection()
+        conn = await self._wait_connection()
         request_id = conn.new_request_id()
         cmd = BaseCommand(type=T.UNSUBSCRIBE)
         cmd.unsubscribe.consumer_id = self.consumer_id
@@ -671,7 +661,7 @@ class TopicConsumer(ConnectionHandler):
     def _shutdown(self) -> None:
         self._closed = True
         self._stop_reconnecting()
-        self._conn = None
+        self._detach()
         for timer in (self._ack_timer, self._nack_timer, self._unacked_timer):
             if timer is not None:
                 timer.cancel()
@@ -953,7 +943,7 @@ class Consumer:
         self, sub: TopicConsumer, message: Message, reply: bytes | str, is_error: bool
     ) -> None:
         body = reply.encode() if isinstance(reply, str) else bytes(reply)
-        sub.reply(message, body, is_error)
+        await sub.reply(message, body, is_error)
 
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge this message and every earlier one of its topic (or partition)."""

@@ -9,6 +9,7 @@ is closed, or meets an error that retrying cannot fix.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from magnetar.client.errors import (
     AlreadyClosed,
     AuthenticationError,
     AuthorizationError,
+    ConnectError,
     IncompatibleSchema,
     InvalidTopicName,
     NotAllowed,
@@ -60,6 +62,7 @@ class ConnectionHandler:
         self._reconnect_task: asyncio.Task[None] | None = None
         self._backoff = client._new_backoff()
         self._reconnects = 0
+        self._attached = asyncio.Event()
 
     # ------------------------------------------------------------------ subclass hooks
 
@@ -96,6 +99,7 @@ class ConnectionHandler:
                     conn = await self._client._pool.get(logical, physical)
                     await self._connection_opened(conn)
                     self._backoff.reset()
+                    self._attached.set()
                     return
                 except PulsarError as exc:
                     if deadline is not None:
@@ -115,9 +119,32 @@ class ConnectionHandler:
     def _on_connection_closed(self, connection: Connection) -> None:
         if connection is not self._conn:
             return
-        self._conn = None
+        self._detach()
         self._connection_lost()
         self._schedule_reconnect()
+
+    def _detach(self) -> Connection | None:
+        """Forget the current connection (it closed, or the broker dropped us)."""
+        conn, self._conn = self._conn, None
+        self._attached.clear()
+        return conn
+
+    async def _wait_connection(self) -> Connection:
+        """The current connection, waiting (up to the operation timeout) for a reconnect."""
+        while True:
+            if self._closed:
+                raise AlreadyClosed(f"{self.topic}: closed")
+            if self._failed is not None:
+                raise self._failed
+            conn = self._conn
+            if conn is not None and not conn.closed:
+                return conn
+            try:
+                await asyncio.wait_for(self._attached.wait(), self._client.operation_timeout)
+            except builtins.TimeoutError:
+                raise ConnectError(
+                    f"{self.topic}: not reconnected within {self._client.operation_timeout}s"
+                ) from None
 
     def _schedule_reconnect(self) -> None:
         if self._closed or self._failed is not None or self._establishing:

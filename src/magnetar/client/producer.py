@@ -236,8 +236,7 @@ class PartitionProducer(ConnectionHandler):
 
     def _on_close_producer(self) -> None:
         # The broker dropped us (topic unloaded, fenced...): attach again.
-        conn = self._conn
-        self._conn = None
+        conn = self._detach()
         self._ready = False
         if conn is not None:
             conn.remove_producer(self.producer_id, self)
@@ -575,7 +574,7 @@ class PartitionProducer(ConnectionHandler):
         if self._batch_timer is not None:
             self._batch_timer.cancel()
             self._batch_timer = None
-        conn, self._conn = self._conn, None
+        conn = self._detach()
         self._ready = False
         self._fail_all(AlreadyClosed(f"producer on {self.topic} was closed"))
         if conn is not None and not conn.closed:
