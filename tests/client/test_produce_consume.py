@@ -195,3 +195,21 @@ async def test_deliver_after_delays_delivery(mclient: Client, topic: str) -> Non
     second = await consumer.receive(5)
     assert second.value == b"later"
     assert time.monotonic() - started >= 0.5
+
+
+async def test_close_while_broker_is_away_fails_pending_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    broker = EmbeddedBroker(data_dir=tmp_path / "d").start()
+    client = Client(broker.service_url, max_backoff=0.2)
+    try:
+        producer = await client.create_producer("away")
+        await asyncio.to_thread(broker.stop)
+        pending = producer.send_async(b"stranded")
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        await producer.close()
+        assert time.monotonic() - started < 2
+        with pytest.raises(AlreadyClosed):
+            await pending
+    finally:
+        await client.close()
+        broker.close()

@@ -94,3 +94,19 @@ async def test_reader_seek_and_iteration(mclient: Client, topic: str) -> None:
 async def test_empty_topic_has_no_message(mclient: Client, topic: str) -> None:
     reader = await mclient.create_reader(topic, EARLIEST)
     assert not await reader.has_message_available()
+
+
+async def test_reader_of_a_partitioned_topic(broker, mclient: Client) -> None:  # type: ignore[no-untyped-def]
+    import uuid
+
+    name = f"persistent://public/default/rpart-{uuid.uuid4().hex[:8]}"
+    broker.create_partitioned_topic(name, 2)
+    producer = await mclient.create_producer(name)
+    for i in range(6):
+        await producer.send(b"%d" % i)
+    reader = await mclient.create_reader(name, EARLIEST)
+    got = sorted([(await reader.read_next(5)).value for _ in range(6)])
+    assert got == [b"%d" % i for i in range(6)]
+    assert not await reader.has_message_available()
+    with pytest.raises(ValueError):
+        await mclient.create_reader(name, MessageId(1, 1))

@@ -560,8 +560,11 @@ class PartitionProducer(ConnectionHandler):
     async def close(self) -> None:
         if self._closed:
             return
-        if self._failed is None and (self._pending or self._blocked or
-                                     (self._batch is not None and len(self._batch))):
+        # Give what is in flight a chance to be receipted, unless the broker is away
+        # (then the pending messages fail with AlreadyClosed at once).
+        if self._failed is None and self._ready and (
+            self._pending or self._blocked or (self._batch is not None and len(self._batch))
+        ):
             with contextlib.suppress(builtins.TimeoutError):
                 await asyncio.wait_for(self.flush(), self._client.operation_timeout)
         self._closed = True
