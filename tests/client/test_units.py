@@ -327,3 +327,34 @@ async def test_receiver_queue_hands_over_and_filters() -> None:
     queue.close(errors.AlreadyClosed("closed"))
     with pytest.raises(errors.AlreadyClosed):
         await queue.get()
+
+
+def test_client_frame_decoder_handles_any_split() -> None:
+    from magnetar.protocol.frames import encode_payload_command
+    from magnetar.protocol.pb import BaseCommand
+
+    frames = []
+    for i in range(5):
+        cmd = BaseCommand(type=BaseCommand.MESSAGE)
+        cmd.message.consumer_id = i
+        cmd.message.message_id.ledgerId = 1
+        cmd.message.message_id.entryId = i
+        frames.append(encode_payload_command(cmd, b"\x0a\x01p\x10\x00\x18\x00", b"x" * i * 100))
+    frames.append(client_codec.PING_FRAME)
+    stream = b"".join(frames)
+    for chunk in (1, 3, 7, 64, 1000, len(stream)):
+        decoder = client_codec.ClientFrameDecoder(1 << 20)
+        out = []
+        for start in range(0, len(stream), chunk):
+            out.extend(decoder.feed(stream[start:start + chunk]))
+        assert [c.type for c, _ in out] == [BaseCommand.MESSAGE] * 5 + [BaseCommand.PING]
+        assert [c.message.consumer_id for c, _ in out[:5]] == list(range(5))
+        reference = FrameDecoder().feed(stream)
+        assert [body for _, body in out] == [f.body for f in reference]
+        assert decoder.buffered == 0
+    from magnetar.protocol.errors import FrameTooLarge, MalformedFrame
+
+    with pytest.raises(FrameTooLarge):
+        client_codec.ClientFrameDecoder(100).feed(b"\x00\x00\x10\x00")
+    with pytest.raises(MalformedFrame):
+        client_codec.ClientFrameDecoder(100).feed(b"\x00\x00\x00\x06\x00\x00\x00\x02\xff\xff")

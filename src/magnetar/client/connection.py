@@ -1,7 +1,7 @@
 """One TCP connection to a broker: handshake, request/response matching, keepalive.
 
 A :class:`Connection` is an ``asyncio.Protocol``: bytes from the socket go through
-the sans-IO :class:`~magnetar.protocol.FrameDecoder` and each frame is dispatched
+the sans-IO frame decoder (``ClientFrameDecoder``) and each frame is dispatched
 at once — responses complete the future of their request id, the rest go to the
 producer or consumer registered under the id the frame names.  Writes are
 buffered and flushed once per event-loop iteration, so a burst of sends becomes
@@ -26,15 +26,9 @@ from magnetar.client.errors import (
     TimeoutError,
     error_for_code,
 )
-from magnetar.protocol.client_codec import PING_FRAME, PONG_FRAME
+from magnetar.protocol.client_codec import PING_FRAME, PONG_FRAME, ClientFrameDecoder
 from magnetar.protocol.errors import ProtocolError
-from magnetar.protocol.frames import (
-    DEFAULT_MAX_MESSAGE_SIZE,
-    Frame,
-    FrameDecoder,
-    encode_command,
-    max_frame_size,
-)
+from magnetar.protocol.frames import DEFAULT_MAX_MESSAGE_SIZE, encode_command, max_frame_size
 from magnetar.protocol.pb import BaseCommand, pb
 
 log = logging.getLogger("magnetar.client.connection")
@@ -42,6 +36,13 @@ log = logging.getLogger("magnetar.client.connection")
 PROTOCOL_VERSION = 21
 CLIENT_VERSION = f"magnetar-python-{__version__}"
 T = BaseCommand.Type
+
+
+def _type_name(kind: int) -> str:
+    try:
+        return T.Name(kind)
+    except ValueError:
+        return f"command type {kind}"
 
 
 class ProducerListener(Protocol):
@@ -120,7 +121,7 @@ class Connection(asyncio.Protocol):
         self._on_close = on_close
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._decoder = FrameDecoder(max_frame_size(DEFAULT_MAX_MESSAGE_SIZE))
+        self._decoder = ClientFrameDecoder(max_frame_size(DEFAULT_MAX_MESSAGE_SIZE))
         self._wbuf: list[bytes] = []
         self._flush_scheduled = False
         self._pending: dict[int, _Pending] = {}
@@ -137,7 +138,7 @@ class Connection(asyncio.Protocol):
         self.protocol_version = 0
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
         self.supports_request_reply = False
-        self._handlers: dict[int, Callable[[Frame], None]] = {
+        self._handlers: dict[int, Callable[[BaseCommand, bytes], None]] = {
             T.CONNECTED: self._handle_connected,
             T.ERROR: self._handle_error,
             T.PING: self._handle_ping,
@@ -302,18 +303,18 @@ class Connection(asyncio.Protocol):
             self.close(ProtocolViolation(f"broker sent an invalid frame: {exc}"))
             return
         handlers = self._handlers
-        for frame in frames:
-            handler = handlers.get(frame.command.type)
+        for command, body in frames:
+            handler = handlers.get(command.type)
             if handler is None:
-                log.debug("ignoring %s from %r", T.Name(frame.command.type), self)
+                log.debug("ignoring %s from %r", _type_name(command.type), self)
                 continue
             try:
-                handler(frame)
+                handler(command, body)
             except Exception:  # a bug in one handler must not kill the connection
-                log.exception("error handling %s from %r", T.Name(frame.command.type), self)
+                log.exception("error handling %s from %r", _type_name(command.type), self)
 
-    def _handle_connected(self, frame: Frame) -> None:
-        connected = frame.command.connected
+    def _handle_connected(self, command: BaseCommand, body: bytes) -> None:
+        connected = command.connected
         self.server_version = connected.server_version
         self.protocol_version = connected.protocol_version
         if connected.HasField("max_message_size"):
@@ -324,8 +325,8 @@ class Connection(asyncio.Protocol):
             self._handshake.set_result(None)
         self._schedule_keepalive()
 
-    def _handle_error(self, frame: Frame) -> None:
-        err = frame.command.error
+    def _handle_error(self, command: BaseCommand, body: bytes) -> None:
+        err = command.error
         exc = error_for_code(err.error, err.message)
         if not self._handshake.done():
             # An ERROR before CONNECTED refuses the connection (e.g. authentication).
@@ -339,32 +340,31 @@ class Connection(asyncio.Protocol):
             if not pending.future.done():
                 pending.future.set_exception(exc)
 
-    def _handle_response(self, frame: Frame) -> None:
-        cmd = frame.command
-        body = getattr(cmd, _RESPONSES[cmd.type])
-        pending = self._pending.get(body.request_id)
+    def _handle_response(self, command: BaseCommand, body: bytes) -> None:
+        response = getattr(command, _RESPONSES[command.type])
+        pending = self._pending.get(response.request_id)
         if pending is None:
             return
-        if cmd.type == T.PRODUCER_SUCCESS and not body.producer_ready:
+        if command.type == T.PRODUCER_SUCCESS and not response.producer_ready:
             if pending.timer is not None:
                 pending.timer.cancel()
                 pending.timer = None
             if pending.on_waiting is not None:
-                pending.on_waiting(cmd)
+                pending.on_waiting(command)
             return
-        del self._pending[body.request_id]
+        del self._pending[response.request_id]
         if pending.timer is not None:
             pending.timer.cancel()
         if not pending.future.done():
-            pending.future.set_result(cmd)
+            pending.future.set_result(command)
 
-    def _handle_ping(self, frame: Frame) -> None:
+    def _handle_ping(self, command: BaseCommand, body: bytes) -> None:
         self.write(PONG_FRAME)
 
-    def _handle_pong(self, frame: Frame) -> None:
+    def _handle_pong(self, command: BaseCommand, body: bytes) -> None:
         pass  # data_received already noted the sign of life
 
-    def _handle_auth_challenge(self, frame: Frame) -> None:
+    def _handle_auth_challenge(self, command: BaseCommand, body: bytes) -> None:
         cmd = BaseCommand(type=T.AUTH_RESPONSE)
         cmd.authResponse.client_version = CLIENT_VERSION
         cmd.authResponse.protocol_version = PROTOCOL_VERSION
@@ -373,42 +373,42 @@ class Connection(asyncio.Protocol):
         cmd.authResponse.response.auth_data = auth.auth_data() if auth else b""
         self.send_command(cmd)
 
-    def _handle_send_receipt(self, frame: Frame) -> None:
-        receipt = frame.command.send_receipt
+    def _handle_send_receipt(self, command: BaseCommand, body: bytes) -> None:
+        receipt = command.send_receipt
         producer = self._producers.get(receipt.producer_id)
         if producer is not None:
             producer._on_send_receipt(receipt)
 
-    def _handle_send_error(self, frame: Frame) -> None:
-        err = frame.command.send_error
+    def _handle_send_error(self, command: BaseCommand, body: bytes) -> None:
+        err = command.send_error
         producer = self._producers.get(err.producer_id)
         if producer is not None:
             producer._on_send_error(err)
 
-    def _handle_request_receipt(self, frame: Frame) -> None:
-        receipt = frame.command.requestReceipt
+    def _handle_request_receipt(self, command: BaseCommand, body: bytes) -> None:
+        receipt = command.requestReceipt
         producer = self._producers.get(receipt.reply_to_producer_id)
         if producer is not None:
-            producer._on_request_receipt(receipt, frame.body)
+            producer._on_request_receipt(receipt, body)
 
-    def _handle_message(self, frame: Frame) -> None:
-        message = frame.command.message
+    def _handle_message(self, command: BaseCommand, body: bytes) -> None:
+        message = command.message
         consumer = self._consumers.get(message.consumer_id)
         if consumer is not None:
-            consumer._on_message(message, frame.body)
+            consumer._on_message(message, body)
 
-    def _handle_close_producer(self, frame: Frame) -> None:
-        producer = self._producers.pop(frame.command.close_producer.producer_id, None)
+    def _handle_close_producer(self, command: BaseCommand, body: bytes) -> None:
+        producer = self._producers.pop(command.close_producer.producer_id, None)
         if producer is not None:
             producer._on_close_producer()
 
-    def _handle_close_consumer(self, frame: Frame) -> None:
-        consumer = self._consumers.pop(frame.command.close_consumer.consumer_id, None)
+    def _handle_close_consumer(self, command: BaseCommand, body: bytes) -> None:
+        consumer = self._consumers.pop(command.close_consumer.consumer_id, None)
         if consumer is not None:
             consumer._on_close_consumer()
 
-    def _handle_topic_migrated(self, frame: Frame) -> None:
-        migrated = frame.command.topicMigrated
+    def _handle_topic_migrated(self, command: BaseCommand, body: bytes) -> None:
+        migrated = command.topicMigrated
         if migrated.resource_type == pb.CommandTopicMigrated.Producer:
             producer = self._producers.pop(migrated.resource_id, None)
             if producer is not None:
@@ -418,14 +418,14 @@ class Connection(asyncio.Protocol):
             if consumer is not None:
                 consumer._on_close_consumer()
 
-    def _handle_active_consumer_change(self, frame: Frame) -> None:
-        change = frame.command.active_consumer_change
+    def _handle_active_consumer_change(self, command: BaseCommand, body: bytes) -> None:
+        change = command.active_consumer_change
         consumer = self._consumers.get(change.consumer_id)
         if consumer is not None:
             consumer._on_active_consumer_change(change.is_active)
 
-    def _handle_reached_end_of_topic(self, frame: Frame) -> None:
-        consumer = self._consumers.get(frame.command.reachedEndOfTopic.consumer_id)
+    def _handle_reached_end_of_topic(self, command: BaseCommand, body: bytes) -> None:
+        consumer = self._consumers.get(command.reachedEndOfTopic.consumer_id)
         if consumer is not None:
             consumer._on_reached_end_of_topic()
 

@@ -268,7 +268,7 @@ class TopicConsumer(ConnectionHandler):
         publish_time = metadata.publish_time
         producer_name = metadata.producer_name
         has = metadata.HasField
-        schema_version = metadata.schema_version if has("schema_version") else None
+        schema_version = metadata.schema_version or None
         start = self._start
         check_start = start is not None and start.ledger_id == ledger
         inclusive = self._start_inclusive
@@ -282,7 +282,7 @@ class TopicConsumer(ConnectionHandler):
                 new_id(ledger, entry, -1, partition, 0),
                 topic,
                 metadata.partition_key if has("partition_key") else None,
-                metadata.ordering_key if has("ordering_key") else None,
+                metadata.ordering_key or None,
                 {kv.key: kv.value for kv in metadata.properties} if metadata.properties else {},
                 metadata.event_time or None,
                 publish_time,
@@ -321,7 +321,7 @@ class TopicConsumer(ConnectionHandler):
                 new_id(ledger, entry, index, partition, n),
                 topic,
                 single.partition_key if shas("partition_key") else None,
-                single.ordering_key if shas("ordering_key") else None,
+                single.ordering_key or None,
                 {kv.key: kv.value for kv in single.properties} if single.properties else {},
                 single.event_time or None,
                 publish_time,
