@@ -1,0 +1,586 @@
+"""The producer of one topic or one partition: sequence ids, batching, resends.
+
+A :class:`PartitionProducer` keeps every message without a receipt in
+``_pending`` with its encoded SEND frame, so that after a reconnect it writes
+them again, unchanged, with the same sequence ids.  It also applies the
+pending-message limit (block or fail), the send timeout, batching (by count,
+bytes and delay), compression, and PIP-68 access modes with the topic epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from magnetar.client.batch_builder import BatchBuilder
+from magnetar.client.connection import Connection
+from magnetar.client.errors import (
+    AlreadyClosed,
+    MessageTooBig,
+    ProducerQueueIsFull,
+    PulsarError,
+    TimeoutError,
+    error_for_code,
+)
+from magnetar.client.handler import ConnectionHandler
+from magnetar.client.request_reply import PendingRequest, PendingRequests, ReplyResult
+from magnetar.client.schema import SchemaInfo
+from magnetar.protocol.client_codec import (
+    encode_message_metadata,
+    encode_send,
+    encode_single_metadata,
+)
+from magnetar.protocol.compression import compress
+from magnetar.protocol.message_id import MessageId
+from magnetar.protocol.pb import BaseCommand, pb
+
+if TYPE_CHECKING:
+    from magnetar.client.client import Client
+
+log = logging.getLogger("magnetar.client.producer")
+T = BaseCommand.Type
+
+ACCESS_MODES = {
+    "shared": pb.Shared,
+    "exclusive": pb.Exclusive,
+    "wait_for_exclusive": pb.WaitForExclusive,
+    "exclusive_with_fencing": pb.ExclusiveWithFencing,
+}
+
+Value = bytes | bytearray | memoryview | str
+
+
+def to_bytes(value: Value) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"message value must be bytes or str, not {type(value).__name__}")
+
+
+@dataclass(slots=True)
+class ProducerConfig:
+    producer_name: str | None = None
+    batching: bool = False
+    batching_max_messages: int = 1000
+    batching_max_bytes: int = 128 * 1024
+    batching_max_delay: float = 0.01
+    compression: int = 0
+    max_pending_messages: int = 1000
+    block_if_queue_full: bool = True
+    send_timeout: float = 30.0
+    access_mode: int = pb.Shared
+    schema: SchemaInfo | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class OutgoingMessage:
+    payload: bytes
+    key: str | None = None
+    ordering_key: bytes | None = None
+    properties: Mapping[str, str] | None = None
+    event_time: int | None = None
+    sequence_id: int | None = None
+    deliver_at: int | None = None  # ms since the epoch
+    request: PendingRequest | None = None  # PIP-371: this message is a request
+
+
+class _Op:
+    """One SEND frame waiting for its receipt: a single message or a batch."""
+
+    __slots__ = ("batched", "deadline", "frame", "futures", "highest_sequence_id",
+                 "num_messages", "requests", "sequence_id")
+
+    def __init__(
+        self,
+        sequence_id: int,
+        highest_sequence_id: int,
+        frame: bytes,
+        futures: list[asyncio.Future[MessageId]],
+        deadline: float,
+        requests: list[Any] | None,
+        batched: bool = False,
+    ) -> None:
+        self.batched = batched
+        self.sequence_id = sequence_id
+        self.highest_sequence_id = highest_sequence_id
+        self.num_messages = len(futures)
+        self.frame = frame
+        self.futures = futures
+        self.deadline = deadline
+        self.requests = requests  # PIP-371: per message, its pending request or None
+
+
+class PartitionProducer(ConnectionHandler):
+    """The producer of one topic or one partition."""
+
+    def __init__(
+        self, client: Client, topic: str, partition: int, conf: ProducerConfig
+    ) -> None:
+        super().__init__(client, topic)
+        self.partition = partition
+        self.conf = conf
+        self.producer_id = client._next_producer_id()
+        self.producer_name: str | None = conf.producer_name
+        self._user_named = conf.producer_name is not None
+        self._pending: deque[_Op] = deque()
+        self._pending_messages = 0  # in ops and in the open batch
+        self._blocked: deque[tuple[OutgoingMessage, asyncio.Future[MessageId]]] = deque()
+        self._batch = (
+            BatchBuilder(conf.batching_max_messages, conf.batching_max_bytes)
+            if conf.batching
+            else None
+        )
+        self._batch_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._next_sequence_id = 0
+        self.last_sequence_id = -1
+        self.topic_epoch: int | None = None
+        self.schema_version: bytes | None = None
+        self._name_bytes = b""
+        self._max_message_size = 5 * 1024 * 1024
+        self._created = False
+        self._ready = False
+        self._waiting_for_exclusive = False
+        self._requests: PendingRequests | None = None
+
+    # ------------------------------------------------------------------ attaching
+
+    async def start(self) -> None:
+        await self._connect_first()
+
+    async def _connection_opened(self, conn: Connection) -> None:
+        pid = self.producer_id
+        conn.register_producer(pid, self)
+        request_id = conn.new_request_id()
+        cmd = BaseCommand(type=T.PRODUCER)
+        p = cmd.producer
+        p.topic = self.topic
+        p.producer_id = pid
+        p.request_id = request_id
+        if self.producer_name is not None:
+            p.producer_name = self.producer_name
+            p.user_provided_producer_name = self._user_named
+        p.producer_access_mode = self.conf.access_mode  # type: ignore[assignment]
+        p.epoch = self._reconnects
+        if self.topic_epoch is not None:
+            p.topic_epoch = self.topic_epoch
+        for key, value in self.conf.properties.items():
+            p.metadata.add(key=key, value=value)
+        if self.conf.schema is not None:
+            self.conf.schema.fill(p.schema)
+        try:
+            response = await conn.request(cmd, request_id, on_waiting=self._on_waiting)
+        except BaseException as exc:
+            conn.remove_producer(pid, self)
+            if isinstance(exc, TimeoutError | asyncio.CancelledError) and not conn.closed:
+                # The broker may have created it after all; make sure it is gone.
+                self._send_close(conn)
+            raise
+        finally:
+            self._waiting_for_exclusive = False
+        success = response.producer_success
+        if self._closed:
+            conn.remove_producer(pid, self)
+            self._send_close(conn)
+            raise AlreadyClosed(f"producer on {self.topic} was closed while connecting")
+        self.producer_name = success.producer_name
+        self._name_bytes = success.producer_name.encode()
+        if success.HasField("topic_epoch"):
+            self.topic_epoch = success.topic_epoch
+        if success.HasField("schema_version"):
+            self.schema_version = success.schema_version
+        if not self._created:
+            self._created = True
+            self.last_sequence_id = success.last_sequence_id
+            self._next_sequence_id = max(self._next_sequence_id, success.last_sequence_id + 1)
+        self._max_message_size = conn.max_message_size
+        self._conn = conn
+        self._ready = True
+        if self._pending:
+            # Resend everything unacknowledged, unchanged, in order, in one write.
+            conn.write(b"".join(op.frame for op in self._pending))
+        log.debug("producer %s attached to %s on %r", self.producer_name, self.topic, conn)
+
+    def _on_waiting(self, cmd: BaseCommand) -> None:
+        # PIP-68 WaitForExclusive: the broker queued us; the real answer comes later.
+        self._waiting_for_exclusive = True
+        success = cmd.producer_success
+        if success.HasField("topic_epoch"):
+            self.topic_epoch = success.topic_epoch
+
+    def _send_close(self, conn: Connection) -> None:
+        cmd = BaseCommand(type=T.CLOSE_PRODUCER)
+        cmd.close_producer.producer_id = self.producer_id
+        cmd.close_producer.request_id = conn.new_request_id()
+        conn.send_command(cmd)
+
+    def _connection_lost(self) -> None:
+        self._ready = False
+
+    def _on_close_producer(self) -> None:
+        # The broker dropped us (topic unloaded, fenced...): attach again.
+        conn = self._detach()
+        self._ready = False
+        if conn is not None:
+            conn.remove_producer(self.producer_id, self)
+        self._schedule_reconnect()
+
+    def _fatal(self, exc: PulsarError) -> None:
+        super()._fatal(exc)
+        self._fail_all(exc)
+
+    # ------------------------------------------------------------------ sending
+
+    def send_async(self, msg: OutgoingMessage) -> asyncio.Future[MessageId]:
+        future: asyncio.Future[MessageId] = self._loop.create_future()
+        if self._closed:
+            future.set_exception(AlreadyClosed(f"producer on {self.topic} is closed"))
+            return future
+        if self._failed is not None:
+            future.set_exception(self._failed)
+            return future
+        limit = self.conf.max_pending_messages
+        if self._blocked or (limit > 0 and self._pending_messages >= limit):
+            if not self.conf.block_if_queue_full:
+                future.set_exception(
+                    ProducerQueueIsFull(
+                        f"producer on {self.topic} has {self._pending_messages} pending "
+                        f"messages (max_pending_messages={limit})"
+                    )
+                )
+                return future
+            self._blocked.append((msg, future))
+            return future
+        self._enqueue(msg, future)
+        return future
+
+    def _enqueue(self, msg: OutgoingMessage, future: asyncio.Future[MessageId]) -> None:
+        if msg.sequence_id is not None:
+            sequence_id = msg.sequence_id
+            if sequence_id >= self._next_sequence_id:
+                self._next_sequence_id = sequence_id + 1
+        else:
+            sequence_id = self._next_sequence_id
+            self._next_sequence_id += 1
+        request = msg.request
+        self._pending_messages += 1
+        batch = self._batch
+        if batch is not None and msg.deliver_at is None:
+            size = len(msg.payload)
+            if size > self._max_message_size:
+                self._fail_message(future, request, MessageTooBig(
+                    f"message of {size} bytes exceeds the broker's limit of "
+                    f"{self._max_message_size} bytes"))
+                return
+            if not batch.has_room(size):
+                self._flush_batch()
+            single = encode_single_metadata(
+                size,
+                properties=msg.properties,
+                partition_key=msg.key,
+                event_time=msg.event_time or 0,
+                ordering_key=msg.ordering_key,
+                sequence_id=sequence_id,
+            )
+            if not len(batch):
+                batch.first = msg
+                self._batch_timer = self._loop.call_later(
+                    self.conf.batching_max_delay, self._flush_batch
+                )
+            batch.add(single, msg.payload, sequence_id, (future, request))
+            if batch.full:
+                self._flush_batch()
+            return
+        if batch is not None and len(batch):
+            self._flush_batch()  # keep the order: the batch goes before this message
+        self._send_single(msg, sequence_id, future, request)
+
+    def _send_single(
+        self,
+        msg: OutgoingMessage,
+        sequence_id: int,
+        future: asyncio.Future[MessageId],
+        request: Any,
+    ) -> None:
+        payload = msg.payload
+        compression = self.conf.compression
+        uncompressed = len(payload)
+        if compression:
+            payload = compress(compression, payload)
+        if len(payload) > self._max_message_size:
+            self._fail_message(future, request, MessageTooBig(
+                f"message of {len(payload)} bytes exceeds the broker's limit of "
+                f"{self._max_message_size} bytes"))
+            return
+        metadata = encode_message_metadata(
+            self._name_bytes,
+            sequence_id,
+            int(time.time() * 1000),
+            properties=msg.properties,
+            partition_key=msg.key,
+            compression=compression,
+            uncompressed_size=uncompressed,
+            event_time=msg.event_time or 0,
+            schema_version=self.schema_version,
+            ordering_key=msg.ordering_key,
+            deliver_at_time=msg.deliver_at,
+        )
+        frame = encode_send(self.producer_id, sequence_id, 1, 0, metadata, payload)
+        self._push(_Op(sequence_id, sequence_id, frame, [future],
+                       self._loop.time() + self.conf.send_timeout,
+                       None if request is None else [request]))
+
+    def _flush_batch(self) -> None:
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+            self._batch_timer = None
+        batch = self._batch
+        if batch is None or not len(batch):
+            return
+        payload, sequence_ids, extras, first = batch.take()
+        compression = self.conf.compression
+        uncompressed = len(payload)
+        if compression:
+            payload = compress(compression, payload)
+        futures = [extra[0] for extra in extras]
+        requests = [extra[1] for extra in extras]
+        if len(payload) > self._max_message_size:
+            exc = MessageTooBig(f"batch of {len(payload)} bytes exceeds the broker's limit")
+            for future, request in zip(futures, requests, strict=True):
+                self._fail_message(future, request, exc)
+            return
+        n = len(futures)
+        metadata = encode_message_metadata(
+            self._name_bytes,
+            sequence_ids[0],
+            int(time.time() * 1000),
+            partition_key=first.key,
+            compression=compression,
+            uncompressed_size=uncompressed,
+            num_messages_in_batch=n,
+            schema_version=self.schema_version,
+            ordering_key=first.ordering_key,
+            highest_sequence_id=sequence_ids[-1] if n > 1 else 0,
+        )
+        highest = sequence_ids[-1]
+        frame = encode_send(
+            self.producer_id, sequence_ids[0], n, highest if n > 1 else 0, metadata, payload
+        )
+        has_requests = any(r is not None for r in requests)
+        self._push(_Op(sequence_ids[0], highest, frame, futures,
+                       self._loop.time() + self.conf.send_timeout,
+                       requests if has_requests else None, batched=True))
+
+    def _push(self, op: _Op) -> None:
+        self._pending.append(op)
+        if self._ready and self._conn is not None:
+            self._conn.write(op.frame)
+        if self._send_timer is None and self.conf.send_timeout > 0:
+            self._send_timer = self._loop.call_at(op.deadline, self._check_send_timeouts)
+
+    def _fail_message(
+        self, future: asyncio.Future[MessageId], request: Any, exc: PulsarError
+    ) -> None:
+        if not future.done():
+            future.set_exception(exc)
+        if request is not None and self._requests is not None:
+            self._requests.fail(request, exc)
+        self._release(1)
+
+    def _release(self, count: int) -> None:
+        self._pending_messages -= count
+        limit = self.conf.max_pending_messages
+        blocked = self._blocked
+        while blocked and (limit <= 0 or self._pending_messages < limit):
+            msg, future = blocked.popleft()
+            if future.cancelled():
+                continue
+            self._enqueue(msg, future)
+
+    def _check_send_timeouts(self) -> None:
+        self._send_timer = None
+        now = self._loop.time()
+        pending = self._pending
+        while pending and pending[0].deadline <= now:
+            op = pending.popleft()
+            exc = TimeoutError(
+                f"message {op.sequence_id} to {self.topic} got no receipt within "
+                f"{self.conf.send_timeout}s"
+            )
+            self._fail_op(op, exc)
+        if pending:
+            self._send_timer = self._loop.call_at(pending[0].deadline, self._check_send_timeouts)
+
+    def _fail_op(self, op: _Op, exc: PulsarError) -> None:
+        for future in op.futures:
+            if not future.done():
+                future.set_exception(exc)
+        if op.requests is not None and self._requests is not None:
+            for request in op.requests:
+                if request is not None:
+                    self._requests.fail(request, exc)
+        self._release(op.num_messages)
+
+    def _fail_all(self, exc: PulsarError) -> None:
+        if self._batch is not None and len(self._batch):
+            self._flush_batch()
+        pending, self._pending = self._pending, deque()
+        for op in pending:
+            self._fail_op(op, exc)
+        blocked, self._blocked = self._blocked, deque()
+        for _msg, future in blocked:
+            if not future.done():
+                future.set_exception(exc)
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+        if self._requests is not None:
+            self._requests.fail_all(exc)
+
+    # ------------------------------------------------------------------ receipts
+
+    def _on_send_receipt(self, receipt: pb.CommandSendReceipt) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        op = pending[0]
+        sequence_id = receipt.sequence_id
+        if sequence_id < op.sequence_id:
+            return  # a receipt for a message we already gave up on (send timeout)
+        if sequence_id > op.sequence_id:
+            log.warning(
+                "%s: receipt for sequence id %d while %d is the oldest pending; reconnecting",
+                self.topic, sequence_id, op.sequence_id,
+            )
+            if self._conn is not None:
+                self._conn.close()
+            return
+        pending.popleft()
+        if op.highest_sequence_id > self.last_sequence_id:
+            self.last_sequence_id = op.highest_sequence_id
+        mid = receipt.message_id
+        ledger = mid.ledgerId
+        entry = mid.entryId
+        partition = self.partition
+        futures = op.futures
+        n = len(futures)
+        if not op.batched and op.requests is None:
+            future = futures[0]
+            if not future.done():
+                future.set_result(MessageId(ledger, entry, -1, partition))
+        else:
+            batched = op.batched
+            for index, future in enumerate(futures):
+                message_id = (
+                    MessageId(ledger, entry, index, partition, n)
+                    if batched
+                    else MessageId(ledger, entry, -1, partition)
+                )
+                if op.requests is not None and op.requests[index] is not None:
+                    assert self._requests is not None
+                    self._requests.sent(op.requests[index], message_id)
+                if not future.done():
+                    future.set_result(message_id)
+        self._release(n)
+        if not pending and self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _on_send_error(self, err: pb.CommandSendError) -> None:
+        exc = error_for_code(err.error, err.message)
+        if err.error in (pb.TopicTerminatedError, pb.ProducerFenced):
+            self._failed = exc
+            self._fail_all(exc)
+            return
+        pending = self._pending
+        if err.error in (pb.ChecksumError, pb.NotAllowedError):
+            if pending and pending[0].sequence_id == err.sequence_id:
+                self._fail_op(pending.popleft(), exc)
+            return
+        # Anything else (persistence trouble...): reconnect and send it again.
+        log.warning("%s: send error %s (%s); reconnecting to resend",
+                    self.topic, pb.ServerError.Name(err.error), err.message)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _on_request_receipt(self, receipt: pb.CommandRequestReceipt, body: bytes) -> None:
+        if self._requests is not None:
+            self._requests.on_receipt(receipt, body)
+
+    def request_async(self, msg: OutgoingMessage, timeout: float) -> asyncio.Future[ReplyResult]:
+        """PIP-371: send ``msg`` as a request; the future gets the reply."""
+        if self._requests is None:
+            self._requests = PendingRequests(self.topic)
+        requests = self._requests
+        request = requests.new(timeout)
+        msg.request = request
+        sent = self.send_async(msg)
+
+        def on_sent(future: asyncio.Future[MessageId]) -> None:
+            exc = future.exception() if not future.cancelled() else None
+            if exc is not None:
+                requests.fail(request, exc)
+            elif future.cancelled():
+                requests.fail(request, AlreadyClosed("request cancelled"))
+
+        sent.add_done_callback(on_sent)
+        return request.future
+
+    # ------------------------------------------------------------------ flush / close
+
+    @property
+    def pending_count(self) -> int:
+        return self._pending_messages
+
+    async def flush(self) -> None:
+        """Send the open batch and wait until every message sent so far has its receipt."""
+        self._flush_batch()
+        futures: list[asyncio.Future[MessageId]] = [f for op in self._pending for f in op.futures]
+        futures.extend(f for _m, f in self._blocked)
+        if futures:
+            await asyncio.gather(*futures, return_exceptions=True)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        # Give what is in flight a chance to be receipted, unless the broker is away
+        # (then the pending messages fail with AlreadyClosed at once).
+        if self._failed is None and self._ready and (
+            self._pending or self._blocked or (self._batch is not None and len(self._batch))
+        ):
+            with contextlib.suppress(builtins.TimeoutError):
+                await asyncio.wait_for(self.flush(), self._client.operation_timeout)
+        self._closed = True
+        self._stop_reconnecting()
+        if self._requests is not None and len(self._requests):
+            self._requests.fail_all(AlreadyClosed(
+                f"producer {self.producer_name} on {self.topic} was closed while requests "
+                "were waiting for their replies"
+            ))
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+            self._batch_timer = None
+        conn = self._detach()
+        self._ready = False
+        self._fail_all(AlreadyClosed(f"producer on {self.topic} was closed"))
+        if conn is not None and not conn.closed:
+            request_id = conn.new_request_id()
+            cmd = BaseCommand(type=T.CLOSE_PRODUCER)
+            cmd.close_producer.producer_id = self.producer_id
+            cmd.close_producer.request_id = request_id
+            try:
+                await conn.request(cmd, request_id)
+            except PulsarError as exc:
+                log.debug("closing producer on %s: %s", self.topic, exc)
+            conn.remove_producer(self.producer_id, self)

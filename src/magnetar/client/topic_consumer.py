@@ -1,0 +1,670 @@
+"""The subscription of one topic or one partition: receiving, acks, nacks, redelivery.
+
+A :class:`TopicConsumer` attaches to the broker that owns its topic (and
+re-attaches after a reconnect), turns MESSAGE frames into :class:`Message`
+objects for its parent consumer's receiver queue, asks for more with FLOW as the
+application takes them (half the queue at a time, as Pulsar's clients do) and
+keeps the per-topic bookkeeping: grouped and batch-aware acks, negative acks,
+the ack timeout and the start position of non-durable subscriptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from google.protobuf.message import DecodeError
+
+from magnetar.client.ack_timeout import AckTimeoutTracker
+from magnetar.client.acks import AckGroupingTracker, BatchAcker, Position
+from magnetar.client.backoff import Clock, RedeliveryBackoff
+from magnetar.client.connection import Connection
+from magnetar.client.errors import AlreadyClosed, PulsarError, TimeoutError
+from magnetar.client.handler import ConnectionHandler
+from magnetar.client.message import Message, new_id, payload_to_messages
+from magnetar.client.nack import NegativeAcksTracker
+from magnetar.client.schema import SchemaInfo
+from magnetar.protocol.client_codec import encode_flow, split_entry
+from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
+from magnetar.protocol.frames import encode_command, encode_command_with_body
+from magnetar.protocol.message_id import MessageId
+from magnetar.protocol.pb import BaseCommand, pb
+
+if TYPE_CHECKING:
+    from magnetar.client.client import Client
+    from magnetar.client.consumer import Consumer
+
+log = logging.getLogger("magnetar.client.consumer")
+T = BaseCommand.Type
+_Sub = pb.CommandSubscribe
+
+_parse_metadata = pb.MessageMetadata.FromString
+
+SUBSCRIPTION_TYPES = {
+    "exclusive": _Sub.Exclusive,
+    "shared": _Sub.Shared,
+    "failover": _Sub.Failover,
+    "key_shared": _Sub.Key_Shared,
+}
+INITIAL_POSITIONS = {"latest": _Sub.Latest, "earliest": _Sub.Earliest}
+
+
+@dataclass(slots=True)
+class ConsumerConfig:
+    subscription: str
+    subscription_type: int = _Sub.Exclusive
+    initial_position: int = _Sub.Latest
+    receiver_queue_size: int = 1000
+    consumer_name: str | None = None
+    priority_level: int = 0
+    ack_timeout: float | None = None
+    negative_ack_redelivery_delay: float = 60.0
+    negative_ack_redelivery_backoff: RedeliveryBackoff | None = None
+    durable: bool = True
+    schema: SchemaInfo | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    subscription_properties: dict[str, str] = field(default_factory=dict)
+    read_compacted: bool = False
+    ack_group_time: float = 0.1
+    ack_group_max_size: int = 1000
+    start_message_id_inclusive: bool = False
+    replicate_subscription_state: bool = False
+    clock: Clock | None = None
+
+    @property
+    def shared(self) -> bool:
+        return self.subscription_type in (_Sub.Shared, _Sub.Key_Shared)
+
+
+def _prior(index: int, start: int, inclusive: bool) -> bool:
+    return index < start if inclusive else index <= start
+
+
+class TopicConsumer(ConnectionHandler):
+    """The subscription of one topic or one partition."""
+
+    def __init__(
+        self,
+        client: Client,
+        parent: Consumer,
+        topic: str,
+        partition: int,
+        conf: ConsumerConfig,
+        queue_size: int,
+        start_message_id: MessageId | None = None,
+    ) -> None:
+        super().__init__(client, topic)
+        self._parent = parent
+        self.partition = partition
+        self.conf = conf
+        self.consumer_id = client._next_consumer_id()
+        self._queue = parent._queue
+        self._queue_size = max(1, queue_size)
+        self._threshold = max(1, self._queue_size // 2)
+        self._permits = 0  # messages handed to the application since the last FLOW
+        self._consumer_epoch = 0
+        self._clock: Clock = conf.clock or self._loop.time
+        self._acks = AckGroupingTracker(conf.ack_group_max_size)
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._nacks = _nack_tracker(conf, self._clock)
+        self._nack_timer: asyncio.TimerHandle | None = None
+        self._nack_timer_at = 0.0
+        self._unacked = (
+            AckTimeoutTracker(conf.ack_timeout, clock=self._clock) if conf.ack_timeout else None
+        )
+        self._unacked_timer: asyncio.TimerHandle | None = None
+        self._batch_ackers: dict[Position, BatchAcker] = {}
+        # Non-durable subscriptions (readers) say where to start; after a reconnect
+        # they resume after the last message the application took.
+        self._start = start_message_id
+        self._start_inclusive = conf.start_message_id_inclusive
+        self.last_dequeued: MessageId | None = None
+        self.is_active: bool | None = None
+        self.reached_end_of_topic = False
+        self._subscribed = False
+
+    # ------------------------------------------------------------------ attaching
+
+    async def start(self) -> None:
+        await self._connect_first()
+
+    async def _connection_opened(self, conn: Connection) -> None:
+        conf = self.conf
+        # What was prefetched from the old connection comes again from the broker.
+        self._queue.remove_if(self._mine)
+        if not conf.durable and self.last_dequeued is not None:
+            self._start = self.last_dequeued
+            self._start_inclusive = False
+        cid = self.consumer_id
+        conn.register_consumer(cid, self)
+        request_id = conn.new_request_id()
+        cmd = BaseCommand(type=T.SUBSCRIBE)
+        sub = cmd.subscribe
+        sub.topic = self.topic
+        sub.subscription = conf.subscription
+        sub.subType = conf.subscription_type  # type: ignore[assignment]
+        sub.consumer_id = cid
+        sub.request_id = request_id
+        if conf.consumer_name:
+            sub.consumer_name = conf.consumer_name
+        sub.priority_level = conf.priority_level
+        sub.durable = conf.durable
+        if not conf.durable and self._start is not None:
+            self._start.to_pb(sub.start_message_id)
+            if self._start.partition < 0 and self.partition >= 0:
+                sub.start_message_id.partition = self.partition
+        for key, value in conf.properties.items():
+            sub.metadata.add(key=key, value=value)
+        for key, value in conf.subscription_properties.items():
+            sub.subscription_properties.add(key=key, value=value)
+        if conf.read_compacted:
+            sub.read_compacted = True
+        if conf.replicate_subscription_state:
+            sub.replicate_subscription_state = True
+        if conf.schema is not None:
+            conf.schema.fill(sub.schema)
+        sub.initialPosition = conf.initial_position  # type: ignore[assignment]
+        sub.force_topic_creation = True
+        if conf.subscription_type == _Sub.Key_Shared:
+            sub.keySharedMeta.keySharedMode = pb.AUTO_SPLIT
+        sub.consumer_epoch = self._consumer_epoch
+        try:
+            await conn.request(cmd, request_id)
+        except BaseException as exc:
+            conn.remove_consumer(cid, self)
+            if isinstance(exc, TimeoutError | asyncio.CancelledError) and not conn.closed:
+                self._send_close(conn)
+            raise
+        if self._closed:
+            conn.remove_consumer(cid, self)
+            self._send_close(conn)
+            raise AlreadyClosed(f"consumer on {self.topic} was closed while subscribing")
+        self._conn = conn
+        self._subscribed = True
+        self._permits = 0
+        conn.write(encode_flow(cid, self._queue_size))
+        self._flush_acks()
+        log.debug("consumer %s subscribed to %s on %r", cid, self.topic, conn)
+
+    def _send_close(self, conn: Connection) -> None:
+        cmd = BaseCommand(type=T.CLOSE_CONSUMER)
+        cmd.close_consumer.consumer_id = self.consumer_id
+        cmd.close_consumer.request_id = conn.new_request_id()
+        conn.send_command(cmd)
+
+    def _mine(self, msg: Message) -> bool:
+        return msg._consumer is self
+
+    def _on_close_consumer(self) -> None:
+        conn = self._detach()
+        if conn is not None:
+            conn.remove_consumer(self.consumer_id, self)
+        self._schedule_reconnect()
+
+    def _on_active_consumer_change(self, is_active: bool) -> None:
+        self.is_active = is_active
+
+    def _on_reached_end_of_topic(self) -> None:
+        self.reached_end_of_topic = True
+
+    def _fatal(self, exc: PulsarError) -> None:
+        super()._fatal(exc)
+        self._parent._sub_failed(self, exc)
+
+    # ------------------------------------------------------------------ receiving
+
+    def _on_message(self, cmd: pb.CommandMessage, body: bytes) -> None:
+        mid = cmd.message_id
+        ledger = mid.ledgerId
+        entry = mid.entryId
+        try:
+            metadata_bytes, payload = split_entry(body)
+            metadata = _parse_metadata(metadata_bytes)
+        except ChecksumMismatch:
+            log.error("%s: entry %d:%d fails its checksum; discarding it",
+                      self.topic, ledger, entry)
+            self._discard(ledger, entry, pb.CommandAck.ChecksumMismatch)
+            return
+        except (ProtocolError, DecodeError) as exc:
+            log.error("%s: entry %d:%d does not parse (%s); discarding it",
+                      self.topic, ledger, entry, exc)
+            self._discard(ledger, entry, pb.CommandAck.BatchDeSerializeError)
+            return
+        batched = metadata.HasField("num_messages_in_batch")
+        count = metadata.num_messages_in_batch if batched else 1
+        if (self._consumer_epoch and cmd.HasField("consumer_epoch")
+                and cmd.consumer_epoch < self._consumer_epoch):
+            self._credit(count)  # dispatched before a redeliver-all; it comes again
+            return
+        position = (ledger, entry)
+        if self._acks.maybe_acked and self._acks.is_duplicate(position):
+            self._credit(count)
+            return
+        try:
+            items = payload_to_messages(metadata, payload)  # the PIP-96 seam
+        except ProtocolError as exc:
+            log.error("%s: entry %d:%d cannot be decoded (%s); discarding it",
+                      self.topic, ledger, entry, exc)
+            self._discard(ledger, entry, pb.CommandAck.DecompressionError)
+            return
+        partition = self.partition
+        topic = self.topic
+        redelivery_count = cmd.redelivery_count
+        publish_time = metadata.publish_time
+        producer_name = metadata.producer_name
+        has = metadata.HasField
+        schema_version = metadata.schema_version or None
+        start = self._start
+        check_start = start is not None and start.ledger_id == ledger
+        inclusive = self._start_inclusive
+        put = self._queue.put
+        if not batched:
+            if check_start and start is not None and _prior(entry, start.entry_id, inclusive):
+                self._credit(1)
+                return
+            put(Message(
+                items[0][1],
+                new_id(ledger, entry, -1, partition, 0),
+                topic,
+                metadata.partition_key if has("partition_key") else None,
+                metadata.ordering_key or None,
+                {kv.key: kv.value for kv in metadata.properties} if metadata.properties else {},
+                metadata.event_time or None,
+                publish_time,
+                redelivery_count,
+                producer_name,
+                metadata.sequence_id,
+                schema_version,
+                self,
+            ))
+            return
+        n = len(items)
+        acker = self._batch_ackers.get(position)
+        if acker is None or acker.size != n:
+            acker = BatchAcker(n)
+            self._batch_ackers[position] = acker
+        ack_set = list(cmd.ack_set)
+        skip_prior = check_start and start is not None and start.entry_id == entry
+        base_sequence = metadata.sequence_id
+        skipped = 0
+        for index, (single, payload) in enumerate(items):
+            if acker.is_acked(index) or (ack_set and not _bit(ack_set, index)) or (
+                skip_prior and start is not None and _prior(index, start.batch_index, inclusive)
+            ):
+                skipped += 1
+                continue
+            if single is None:  # only a PIP-96 processor yields these inside a batch
+                put(Message(
+                    payload, new_id(ledger, entry, index, partition, n), topic,
+                    None, None, {}, None, publish_time, redelivery_count, producer_name,
+                    base_sequence + index, schema_version, self, acker,
+                ))
+                continue
+            shas = single.HasField
+            put(Message(
+                payload,
+                new_id(ledger, entry, index, partition, n),
+                topic,
+                single.partition_key if shas("partition_key") else None,
+                single.ordering_key or None,
+                {kv.key: kv.value for kv in single.properties} if single.properties else {},
+                single.event_time or None,
+                publish_time,
+                redelivery_count,
+                producer_name,
+                single.sequence_id if shas("sequence_id") else base_sequence + index,
+                schema_version,
+                self,
+                acker,
+            ))
+        if skipped:
+            self._credit(skipped)
+            if skipped == n and acker.complete:
+                self._batch_ackers.pop(position, None)
+
+    def _discard(self, ledger: int, entry: int, reason: int) -> None:
+        """Ack an entry that can never be consumed, saying why (as Pulsar's clients do)."""
+        self._credit(1)
+        conn = self._conn
+        if conn is None:
+            return
+        cmd = BaseCommand(type=T.ACK)
+        ack = cmd.ack
+        ack.consumer_id = self.consumer_id
+        ack.ack_type = pb.CommandAck.Individual
+        ack.validation_error = reason  # type: ignore[assignment]
+        data = ack.message_id.add()
+        data.ledgerId = ledger
+        data.entryId = entry
+        conn.send_command(cmd)
+
+    def _credit(self, count: int) -> None:
+        """``count`` more messages may come: ask for them once half the queue is free."""
+        self._permits += count
+        if self._permits >= self._threshold:
+            conn = self._conn
+            if conn is not None:
+                conn.write_now(encode_flow(self.consumer_id, self._permits))
+                self._permits = 0
+
+    def _on_dequeued(self, msg: Message) -> None:
+        """The application took ``msg`` from the receiver queue."""
+        self._permits += 1
+        if self._permits >= self._threshold:
+            conn = self._conn
+            if conn is not None:
+                conn.write_now(encode_flow(self.consumer_id, self._permits))
+                self._permits = 0
+        self.last_dequeued = msg.message_id
+        if self._unacked is not None:
+            self._unacked.add(msg.message_id)
+            if self._unacked_timer is None:
+                self._arm_unacked_timer()
+
+    # ------------------------------------------------------------------ acks
+
+    def acknowledge(self, message_id: MessageId, acker: BatchAcker | None = None) -> None:
+        position = (message_id.ledger_id, message_id.entry_id)
+        if self._unacked is not None:
+            self._unacked.remove(message_id)
+        if message_id.batch_index >= 0:
+            acker = acker or self._batch_ackers.get(position)
+            if acker is not None:
+                if not acker.ack(message_id.batch_index):
+                    return  # the entry is acked when all of its messages are
+                if self._batch_ackers.get(position) is acker:
+                    del self._batch_ackers[position]
+        if self._nacks:
+            self._nacks.remove(position)
+        if self._acks.add(position) or self.conf.ack_group_time <= 0:
+            self._flush_acks()
+        elif self._ack_timer is None:
+            self._ack_timer = self._loop.call_later(self.conf.ack_group_time, self._flush_acks)
+
+    def acknowledge_cumulative(
+        self, message_id: MessageId, acker: BatchAcker | None = None
+    ) -> None:
+        ledger, entry = message_id.ledger_id, message_id.entry_id
+        position = (ledger, entry)
+        if self._unacked is not None:
+            self._unacked.remove_up_to(message_id)
+        if message_id.batch_index >= 0:
+            acker = acker or self._batch_ackers.get(position)
+            if acker is not None and not acker.ack_cumulative(message_id.batch_index):
+                # Part of the batch is still unacked: everything before this entry is done.
+                if entry <= 0:
+                    return
+                position = (ledger, entry - 1)
+            else:
+                self._batch_ackers.pop((ledger, entry), None)
+        for pos in [p for p in self._batch_ackers if p <= position]:
+            del self._batch_ackers[pos]
+        self._acks.add_cumulative(position)
+        if self.conf.ack_group_time <= 0:
+            self._flush_acks()
+        elif self._ack_timer is None:
+            self._ack_timer = self._loop.call_later(self.conf.ack_group_time, self._flush_acks)
+
+    async def reply(self, message: Message, body: bytes, is_error: bool) -> None:
+        """PIP-371: acknowledge ``message`` with a reply for its producer, at once.
+
+        The ACK names the request by its full id (with the batch index); for a
+        batch that still has unacknowledged messages it carries their ``ack_set``
+        so the broker keeps the entry.
+        """
+        conn = await self._wait_connection()
+        if not message.producer_name:
+            raise ValueError("the message has no producer name to reply to")
+        message_id = message.message_id
+        position = (message_id.ledger_id, message_id.entry_id)
+        cmd = BaseCommand(type=T.ACK)
+        ack = cmd.ack
+        ack.consumer_id = self.consumer_id
+        ack.ack_type = pb.CommandAck.Individual
+        ack.reply_to_client = message.producer_name
+        if is_error:
+            ack.reply_is_error = True
+        data = message_id.to_pb(ack.message_id.add())
+        data.ClearField("partition")
+        if self._unacked is not None:
+            self._unacked.remove(message_id)
+        complete = True
+        if message_id.batch_index >= 0:
+            acker = message._acker or self._batch_ackers.get(position)
+            if acker is not None:
+                complete = acker.ack(message_id.batch_index)
+                if complete:
+                    if self._batch_ackers.get(position) is acker:
+                        del self._batch_ackers[position]
+                else:
+                    data.ack_set.extend(acker.ack_set())
+        if complete and self._nacks:
+            self._nacks.remove(position)
+        conn.write_now(encode_command_with_body(cmd, body))
+
+    def _flush_acks(self) -> None:
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        if not self._acks.pending:
+            return
+        conn = self._conn
+        if conn is None or conn.closed:
+            return  # sent after the reconnect
+        individual, cumulative = self._acks.take()
+        frames = []
+        if individual:
+            cmd = BaseCommand(type=T.ACK)
+            ack = cmd.ack
+            ack.consumer_id = self.consumer_id
+            ack.ack_type = pb.CommandAck.Individual
+            add = ack.message_id.add
+            for ledger, entry in individual:
+                add(ledgerId=ledger & 0xFFFFFFFFFFFFFFFF, entryId=entry & 0xFFFFFFFFFFFFFFFF)
+            frames.append(encode_command(cmd))
+        if cumulative is not None:
+            cmd = BaseCommand(type=T.ACK)
+            ack = cmd.ack
+            ack.consumer_id = self.consumer_id
+            ack.ack_type = pb.CommandAck.Cumulative
+            ledger, entry = cumulative
+            ack.message_id.add(
+                ledgerId=ledger & 0xFFFFFFFFFFFFFFFF, entryId=entry & 0xFFFFFFFFFFFFFFFF
+            )
+            frames.append(encode_command(cmd))
+        conn.write(b"".join(frames))
+
+    # ------------------------------------------------------------------ nacks, redelivery
+
+    def negative_acknowledge(self, message_id: MessageId, redelivery_count: int) -> None:
+        position = (message_id.ledger_id, message_id.entry_id)
+        if self._unacked is not None:
+            self._unacked.remove(message_id)
+        due = self._nacks.add(position, redelivery_count)
+        if self._nack_timer is None or due < self._nack_timer_at:
+            self._arm_nack_timer(due)
+
+    def _arm_nack_timer(self, due: float) -> None:
+        if self._nack_timer is not None:
+            self._nack_timer.cancel()
+        self._nack_timer_at = due
+        delay = max(0.0, due - self._clock())
+        self._nack_timer = self._loop.call_later(delay, self._nack_timer_fired)
+
+    def _nack_timer_fired(self) -> None:
+        self._nack_timer = None
+        due = self._nacks.pop_due()
+        if due:
+            self._redeliver(due)
+        nxt = self._nacks.next_deadline()
+        if nxt is not None:
+            self._arm_nack_timer(nxt)
+
+    def _arm_unacked_timer(self) -> None:
+        assert self._unacked is not None
+        deadline = self._unacked.next_deadline()
+        if deadline is None:
+            self._unacked_timer = None
+            return
+        delay = max(0.0, deadline - self._clock())
+        self._unacked_timer = self._loop.call_later(delay, self._unacked_timer_fired)
+
+    def _unacked_timer_fired(self) -> None:
+        assert self._unacked is not None
+        expired = self._unacked.pop_expired()
+        if expired:
+            log.info("%s: %d entries not acked within %ss; asking for redelivery",
+                     self.topic, len(expired), self.conf.ack_timeout)
+            self._redeliver(expired)
+        self._arm_unacked_timer()
+
+    def _redeliver(self, positions: list[Position]) -> None:
+        if not self.conf.shared:
+            # Exclusive and failover subscriptions keep order: everything comes again.
+            self.redeliver_all()
+            return
+        conn = self._conn
+        if conn is None:
+            return  # a new connection gets every unacked message anyway
+        for start in range(0, len(positions), 1000):
+            cmd = BaseCommand(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
+            red = cmd.redeliverUnacknowledgedMessages
+            red.consumer_id = self.consumer_id
+            for ledger, entry in positions[start:start + 1000]:
+                red.message_ids.add(ledgerId=ledger, entryId=entry)
+            conn.send_command(cmd)
+
+    def redeliver_all(self) -> None:
+        """Ask the broker to send every unacked message again (a new consumer epoch)."""
+        self._consumer_epoch += 1
+        removed = self._queue.remove_if(self._mine)
+        if self._unacked is not None:
+            self._unacked.clear()
+        self._nacks.clear()
+        conn = self._conn
+        if conn is None:
+            return
+        cmd = BaseCommand(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
+        cmd.redeliverUnacknowledgedMessages.consumer_id = self.consumer_id
+        cmd.redeliverUnacknowledgedMessages.consumer_epoch = self._consumer_epoch
+        conn.send_command(cmd)
+        if removed:
+            self._credit(removed)
+
+    # ------------------------------------------------------------------ requests
+
+    async def seek(self, target: MessageId | int) -> None:
+        conn = await self._wait_connection()
+        request_id = conn.new_request_id()
+        cmd = BaseCommand(type=T.SEEK)
+        cmd.seek.consumer_id = self.consumer_id
+        cmd.seek.request_id = request_id
+        if isinstance(target, MessageId):
+            target.to_pb(cmd.seek.message_id)
+        else:
+            cmd.seek.message_publish_time = int(target)
+        self._flush_acks()
+        await conn.request(cmd, request_id)
+        # The cursor moved: forget what was prefetched and everything tracked.
+        removed = self._queue.remove_if(self._mine)
+        self._acks.reset_cumulative()
+        self._batch_ackers.clear()
+        self._nacks.clear()
+        if self._unacked is not None:
+            self._unacked.clear()
+        self.last_dequeued = None
+        if not self.conf.durable:
+            self._start = target if isinstance(target, MessageId) else None
+            self._start_inclusive = self.conf.start_message_id_inclusive
+        if removed:
+            self._credit(removed)
+
+    async def get_last_message_id(self) -> tuple[MessageId, MessageId | None]:
+        """The topic's last message id and this subscription's mark-delete position."""
+        conn = await self._wait_connection()
+        request_id = conn.new_request_id()
+        cmd = BaseCommand(type=T.GET_LAST_MESSAGE_ID)
+        cmd.getLastMessageId.consumer_id = self.consumer_id
+        cmd.getLastMessageId.request_id = request_id
+        response = (await conn.request(cmd, request_id)).getLastMessageIdResponse
+        last = MessageId.from_pb(response.last_message_id, self.partition)
+        mark_delete = (
+            MessageId.from_pb(response.consumer_mark_delete_position, self.partition)
+            if response.HasField("consumer_mark_delete_position")
+            else None
+        )
+        return last, mark_delete
+
+    async def has_message_available(self) -> bool:
+        if any(m._consumer is self for m in list(self._queue._items)):
+            return True
+        last, mark_delete = await self.get_last_message_id()
+        if last.entry_id < 0:
+            return False
+        last_key = (last.ledger_id, last.entry_id, last.batch_index)
+        if self.last_dequeued is not None:
+            d = self.last_dequeued
+            return last_key > (d.ledger_id, d.entry_id, d.batch_index)
+        start = self._start
+        if start is None or start.is_latest:
+            if mark_delete is not None:
+                return (mark_delete.ledger_id, mark_delete.entry_id) < (
+                    last.ledger_id, last.entry_id)
+            return False
+        if start.is_earliest:
+            return True
+        start_key = (start.ledger_id, start.entry_id, start.batch_index)
+        return last_key >= start_key if self._start_inclusive else last_key > start_key
+
+    async def unsubscribe(self) -> None:
+        conn = await self._wait_connection()
+        request_id = conn.new_request_id()
+        cmd = BaseCommand(type=T.UNSUBSCRIBE)
+        cmd.unsubscribe.consumer_id = self.consumer_id
+        cmd.unsubscribe.request_id = request_id
+        await conn.request(cmd, request_id)
+        self._shutdown()
+        conn.remove_consumer(self.consumer_id, self)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._flush_acks()
+        conn = self._conn
+        self._shutdown()
+        if conn is not None and not conn.closed:
+            request_id = conn.new_request_id()
+            cmd = BaseCommand(type=T.CLOSE_CONSUMER)
+            cmd.close_consumer.consumer_id = self.consumer_id
+            cmd.close_consumer.request_id = request_id
+            try:
+                await conn.request(cmd, request_id)
+            except PulsarError as exc:
+                log.debug("closing consumer on %s: %s", self.topic, exc)
+            conn.remove_consumer(self.consumer_id, self)
+
+    def _shutdown(self) -> None:
+        self._closed = True
+        self._stop_reconnecting()
+        self._detach()
+        for timer in (self._ack_timer, self._nack_timer, self._unacked_timer):
+            if timer is not None:
+                timer.cancel()
+        self._ack_timer = self._nack_timer = self._unacked_timer = None
+        self._queue.remove_if(self._mine)
+
+    def flush_to_socket(self) -> None:
+        self._flush_acks()
+
+
+def _bit(words: list[int], index: int) -> bool:
+    word = index >> 6
+    return word < len(words) and bool((words[word] >> (index & 63)) & 1)
+
+
+def _nack_tracker(conf: ConsumerConfig, clock: Clock) -> NegativeAcksTracker:
+    return NegativeAcksTracker(
+        conf.negative_ack_redelivery_delay, conf.negative_ack_redelivery_backoff, clock=clock
+    )
