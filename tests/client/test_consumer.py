@@ -325,3 +325,28 @@ async def test_partitioned_topic_routing_and_consumption(broker: EmbeddedBroker,
     for m in got:
         assert m.topic.endswith(f"-partition-{m.message_id.partition}")
         await consumer.acknowledge(m.message_id)  # ids name their partition
+
+
+async def test_terminated_topic(broker: EmbeddedBroker, mclient: Client, topic: str) -> None:
+    import aiohttp
+
+    from magnetar.client import TopicTerminated
+
+    producer = await mclient.create_producer(topic)
+    consumer = await mclient.subscribe(topic, "end", initial_position="earliest")
+    await producer.send(b"last words")
+    local = topic.split("://", 1)[1]
+    async with aiohttp.ClientSession() as http:
+        url = f"{broker.admin_url}/admin/v2/persistent/{local}/terminate"
+        async with http.post(url) as response:
+            assert response.status == 200
+    assert (await consumer.receive(5)).value == b"last words"
+    for _ in range(50):
+        if consumer.has_reached_end_of_topic():
+            break
+        await asyncio.sleep(0.05)
+    assert consumer.has_reached_end_of_topic()
+    with pytest.raises(TopicTerminated):
+        await asyncio.wait_for(producer.send(b"too late"), 5)
+    with pytest.raises(TopicTerminated):
+        await mclient.create_producer(topic)
