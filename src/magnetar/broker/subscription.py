@@ -8,6 +8,7 @@ go out again (negative ack, consumer gone, redeliver request) waits in the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
@@ -71,7 +72,8 @@ class Subscription:
         self.redelivery_counts: dict[int, int] = {}
         self.delayed = DelayedDeliveryTracker()
         self._dispatch_scheduled = False
-        self._delay_timer: object | None = None
+        self._delay_timer: asyncio.TimerHandle | None = None
+        self._delay_due = 0
         self._last_active: Consumer | None = None
         self.messages_acked = 0
 
@@ -364,21 +366,26 @@ class Subscription:
         topic.stats.messages_out += num_messages
 
     def _arm_delay_timer(self) -> None:
+        """Wake the dispatcher when the earliest held entry is due."""
         due = self.delayed.next_due_ms()
-        if due is None or self._delay_timer is not None:
+        if due is None:
             return
+        if self._delay_timer is not None:
+            if self._delay_due <= due:
+                return
+            self._delay_timer.cancel()
         delay = max(0.0, (due - self.clock_ms()) / 1000.0)
 
         def fire() -> None:
             self._delay_timer = None
             self.schedule_dispatch()
 
+        self._delay_due = due
         self._delay_timer = self.topic.loop.call_later(delay, fire)
 
     def close(self) -> None:
-        timer = self._delay_timer
-        if timer is not None:
-            timer.cancel()  # type: ignore[attr-defined]
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
             self._delay_timer = None
 
     def is_single_active(self) -> bool:

@@ -86,7 +86,8 @@ class Topic:
     # ------------------------------------------------------------ ids
 
     def message_id_bytes(self, entry_id: int) -> bytes:
-        return message_id_bytes(self.ledger_id, entry_id, -1)
+        """Encoded id for MESSAGE frames; consumers read the partition from it."""
+        return message_id_bytes(self.ledger_id, entry_id, self.partition_index)
 
     def message_id(self, entry_id: int, batch_index: int = -1) -> MessageId:
         return MessageId(self.ledger_id, entry_id, batch_index, self.partition_index)
