@@ -188,11 +188,9 @@ class Topic:
             return ledger.first_entry_id - 1
         if mid.is_latest:
             return ledger.last_confirmed_entry_id
-        entry_id = self.entry_id_of(mid.ledger_id, mid.entry_id)
-        # A batch may be only partly consumed: start at its entry and let the
-        # client skip the messages before the batch index.
-        if mid.batch_index >= 0:
-            entry_id -= 1
+        # Start at the entry itself, as Pulsar does: clients drop what lies before
+        # their start id (the entry for an exclusive start, earlier batch indexes).
+        entry_id = self.entry_id_of(mid.ledger_id, mid.entry_id) - 1
         return max(min(entry_id, ledger.last_confirmed_entry_id), ledger.first_entry_id - 1)
 
     def remove_subscription(self, name: str) -> None:
