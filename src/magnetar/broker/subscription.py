@@ -31,6 +31,9 @@ log = logging.getLogger("magnetar.broker.subscription")
 
 MAX_ENTRIES_PER_ROUND = 2000
 MAX_KEY_SHARED_LOOKAHEAD = 10000
+# As Pulsar's activeConsumerFailoverDelayTimeMillis: a joining consumer that outranks
+# the active one takes over after this many seconds; a leaving one is replaced at once.
+FAILOVER_SWITCH_DELAY = 1.0
 
 
 class Cursor(Protocol):
@@ -69,12 +72,18 @@ class Subscription:
         self.read_position = cursor.mark_delete + 1
         self.replay: set[int] = set()
         self.pending: dict[int, Consumer] = {}
+        # Key_Shared: key hash -> (consumer holding unacked entries of it, how many).
+        # A hash is only given to another consumer once its holder has acked them all,
+        # which keeps each key in order when consumers come and go.
+        self._hash_holders: dict[int, tuple[Consumer, int]] = {}
         self.redelivery_counts: dict[int, int] = {}
         self.delayed = DelayedDeliveryTracker()
         self._dispatch_scheduled = False
         self._delay_timer: asyncio.TimerHandle | None = None
         self._delay_due = 0
         self._last_active: Consumer | None = None
+        self.failover_delay = FAILOVER_SWITCH_DELAY
+        self._failover_hold: asyncio.TimerHandle | None = None
         self.messages_acked = 0
 
     # ------------------------------------------------------------ consumers
@@ -98,7 +107,14 @@ class Subscription:
             if problem:
                 raise SubscriptionError(pb.ConsumerAssignError, problem)
         self.dispatcher.add(consumer)
-        self._active_consumer_changed()
+        self._active_consumer_changed(joined=True)
+        self.schedule_dispatch()
+
+    def _end_failover_hold(self, previous: Consumer) -> None:
+        """The new active consumer starts where the old one left off (minus its acks)."""
+        self._failover_hold = None
+        if not previous.closed and previous.pending:
+            self._return_pending(previous, list(previous.pending), count_redelivery=False)
         self.schedule_dispatch()
 
     def check_type(self, sub_type: int) -> None:
@@ -124,7 +140,7 @@ class Subscription:
         self._active_consumer_changed()
         self.schedule_dispatch()
 
-    def _active_consumer_changed(self) -> None:
+    def _active_consumer_changed(self, joined: bool = False) -> None:
         if self.sub_type != SubType.Failover:
             return
         active = self.dispatcher.active_consumer()
@@ -132,9 +148,17 @@ class Subscription:
             return
         previous = self._last_active
         self._last_active = active
-        if previous is not None and not previous.closed and previous.pending:
-            # The new active consumer must see what the old one left unacknowledged.
-            self._return_pending(previous, list(previous.pending), count_redelivery=False)
+        if previous is not None and not previous.closed:
+            if joined and self.failover_delay > 0:
+                # As Pulsar does: the newcomer is active at once, but reading for it
+                # waits a moment so the old consumer's acks in flight can land.
+                if self._failover_hold is not None:
+                    self._failover_hold.cancel()
+                self._failover_hold = self.topic.loop.call_later(
+                    self.failover_delay, self._end_failover_hold, previous
+                )
+            elif previous.pending:
+                self._return_pending(previous, list(previous.pending), count_redelivery=False)
         for consumer in self.consumers:
             consumer.cnx.write_command(
                 BaseCommand(
@@ -157,15 +181,32 @@ class Subscription:
                 )
             )
 
+    def _unpend(self, entry_id: int) -> Consumer | None:
+        """Forget that ``entry_id`` is out with a consumer; returns that consumer."""
+        owner = self.pending.pop(entry_id, None)
+        if owner is None:
+            return None
+        owner.pending.pop(entry_id, None)
+        holders = self._hash_holders
+        if holders:
+            key_hash = self.topic.entry_info(entry_id).key_hash
+            holder = holders.get(key_hash)
+            if holder is not None:
+                if holder[1] <= 1:
+                    del holders[key_hash]
+                else:
+                    holders[key_hash] = (holder[0], holder[1] - 1)
+        return owner
+
     def _return_pending(
         self, consumer: Consumer, entry_ids: Iterable[int], count_redelivery: bool
     ) -> None:
         counts = self.redelivery_counts
         for entry_id in entry_ids:
-            if consumer.pending.pop(entry_id, None) is None:
+            if self.pending.get(entry_id) is not consumer:
+                consumer.pending.pop(entry_id, None)
                 continue
-            if self.pending.get(entry_id) is consumer:
-                del self.pending[entry_id]
+            self._unpend(entry_id)
             if self.cursor.is_acked(entry_id):
                 continue
             if count_redelivery:
@@ -181,9 +222,7 @@ class Subscription:
     def ack_individual(self, consumer: Consumer, entry_ids: list[int]) -> None:
         self.cursor.ack(entry_ids)
         for entry_id in entry_ids:
-            owner = self.pending.pop(entry_id, None)
-            if owner is not None:
-                owner.pending.pop(entry_id, None)
+            self._unpend(entry_id)
             self.redelivery_counts.pop(entry_id, None)
             self.replay.discard(entry_id)
             self.delayed.discard(entry_id)
@@ -193,8 +232,7 @@ class Subscription:
     def ack_cumulative(self, consumer: Consumer, entry_id: int) -> None:
         self.cursor.ack_cumulative(entry_id)
         for pending_id in [e for e in self.pending if e <= entry_id]:
-            owner = self.pending.pop(pending_id)
-            owner.pending.pop(pending_id, None)
+            self._unpend(pending_id)
         for counted in [e for e in self.redelivery_counts if e <= entry_id]:
             del self.redelivery_counts[counted]
         self.replay = {e for e in self.replay if e > entry_id}
@@ -214,6 +252,7 @@ class Subscription:
         for consumer in self.consumers:
             consumer.pending.clear()
         self.pending.clear()
+        self._hash_holders.clear()
         self.replay.clear()
         self.delayed.clear()
         self.redelivery_counts.clear()
@@ -241,7 +280,7 @@ class Subscription:
 
     def _dispatch(self) -> None:
         self._dispatch_scheduled = False
-        if not self.consumers:
+        if not self.consumers or self._failover_hold is not None:
             return
         try:
             more = self._dispatch_round()
@@ -281,7 +320,7 @@ class Subscription:
                 info = topic.entry_info(entry_id)
                 if uses_keys and info.key_hash in blocked_keys:
                     continue
-                consumer = dispatcher.pick(info.key_hash)
+                consumer = self._pick(info.key_hash, uses_keys)
                 if consumer is None:
                     if ordered:
                         return False
@@ -316,7 +355,7 @@ class Subscription:
                 self.replay.add(position)
                 position += 1
                 continue
-            consumer = dispatcher.pick(info.key_hash)
+            consumer = self._pick(info.key_hash, uses_keys)
             if consumer is None:
                 if (
                     uses_keys
@@ -353,9 +392,21 @@ class Subscription:
                     )
                 )
 
+    def _pick(self, key_hash: int, uses_keys: bool) -> Consumer | None:
+        consumer = self.dispatcher.pick(key_hash)
+        if uses_keys and consumer is not None:
+            holder = self._hash_holders.get(key_hash)
+            if holder is not None and holder[0] is not consumer:
+                return None  # the key is still draining from another consumer
+        return consumer
+
     def _send(self, consumer: Consumer, entry_id: int, num_messages: int) -> None:
         topic = self.topic
         self.pending[entry_id] = consumer
+        if self.dispatcher.uses_keys:
+            key_hash = topic.entry_info(entry_id).key_hash
+            holder = self._hash_holders.get(key_hash)
+            self._hash_holders[key_hash] = (consumer, holder[1] + 1 if holder else 1)
         consumer.send_entry(
             entry_id,
             topic.message_id_bytes(entry_id),
@@ -387,6 +438,9 @@ class Subscription:
         if self._delay_timer is not None:
             self._delay_timer.cancel()
             self._delay_timer = None
+        if self._failover_hold is not None:
+            self._failover_hold.cancel()
+            self._failover_hold = None
 
     def is_single_active(self) -> bool:
         return isinstance(self.dispatcher, SingleActiveDispatcher)
