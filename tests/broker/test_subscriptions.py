@@ -296,6 +296,72 @@ def test_key_shared_ordering_key(client: pulsar.Client, topic: str) -> None:
     assert total == 200
 
 
+def murmur3_32(data: bytes, seed: int = 0) -> int:
+    """MurmurHash3 x86_32, written out here independently of the broker's copy."""
+    c1, c2, mask = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
+    h = seed
+    n = len(data) // 4 * 4
+    for i in range(0, n, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * c1) & mask
+        k = ((k << 15) | (k >> 17)) & mask
+        k = (k * c2) & mask
+        h ^= k
+        h = ((h << 13) | (h >> 19)) & mask
+        h = (h * 5 + 0xE6546B64) & mask
+    tail = data[n:]
+    k = 0
+    for i, b in enumerate(tail):
+        k |= b << (8 * i)
+    if tail:
+        k = (k * c1) & mask
+        k = ((k << 15) | (k >> 17)) & mask
+        k = (k * c2) & mask
+        h ^= k
+    h ^= len(data)
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & mask
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & mask
+    h ^= h >> 16
+    return h
+
+
+def test_key_shared_sticky_ranges(client: pulsar.Client, topic: str) -> None:
+    """STICKY mode: each consumer owns the hash ranges it declared; the hash is
+    Pulsar's (Murmur3_32 of the key, modulo 65536), so keys land where Pulsar puts them."""
+    assert murmur3_32(b"hello") == 0x248BFA47
+    assert murmur3_32(b"The quick brown fox jumps over the lazy dog") == 0x2E4FF723
+
+    def sticky(lo: int, hi: int) -> pulsar.ConsumerKeySharedPolicy:
+        return pulsar.ConsumerKeySharedPolicy(
+            key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[(lo, hi)]
+        )
+
+    low = client.subscribe(
+        topic, "sticky", consumer_type=CT.KeyShared, key_shared_policy=sticky(0, 32767)
+    )
+    high = client.subscribe(
+        topic, "sticky", consumer_type=CT.KeyShared, key_shared_policy=sticky(32768, 65535)
+    )
+    start = time.monotonic()
+    with pytest.raises(pulsar.ConsumerAssignError):
+        client.subscribe(
+            topic, "sticky", consumer_type=CT.KeyShared, key_shared_policy=sticky(100, 40000)
+        )
+    assert time.monotonic() - start < 2.0
+    producer = client.create_producer(topic)
+    keys = [f"user-{i}" for i in range(50)]
+    for i, key in enumerate(keys):
+        producer.send_async(str(i).encode(), None, partition_key=key)
+    producer.flush()
+    got_low = {m.partition_key() for m in drain(low, 500)}
+    got_high = {m.partition_key() for m in drain(high, 500)}
+    want_low = {k for k in keys if murmur3_32(k.encode()) % 65536 <= 32767}
+    assert got_low == want_low
+    assert got_high == set(keys) - want_low
+
+
 # ---------------------------------------------------------------- concurrency
 
 
