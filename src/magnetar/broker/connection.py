@@ -491,15 +491,6 @@ class ServerCnx(asyncio.Protocol):
             )
             return
         body = frame.body
-        max_size = self.service.config.max_message_size
-        if len(body) > max_size:
-            self._send_error(
-                send,
-                pb.NotAllowedError,
-                f"message of {len(body)} bytes exceeds the maximum message size "
-                f"of {max_size} bytes",
-            )
-            return
         try:
             section = parse_payload(body)
             metadata = parse_metadata(section)
@@ -508,6 +499,17 @@ class ServerCnx(asyncio.Protocol):
             return
         except ProtocolError as exc:
             self._send_error(send, pb.NotAllowedError, f"bad message: {exc}")
+            return
+        # The limit is on the payload, as clients apply it; metadata rides in the
+        # frame's padding (chunks of a large message are exactly max size each).
+        max_size = self.service.config.max_message_size
+        if len(section.payload) > max_size:
+            self._send_error(
+                send,
+                pb.NotAllowedError,
+                f"message of {len(section.payload)} bytes exceeds the maximum message size "
+                f"of {max_size} bytes",
+            )
             return
         topic = self.service.topics.get(producer.topic_name)
         if topic is None or topic.closed:
