@@ -48,18 +48,7 @@ async def test_reader_from_message_id_exclusive(mclient: Client, topic: str,
     assert (await reader.read_next(5)).value == b"m8"
 
 
-BROKER_INCLUSIVE_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="magnetar broker bug: for a non-durable subscription Pulsar's broker always starts "
-    "one entry before start_message_id (clients drop what they must); magnetar steps back "
-    "only when batch_index >= 0, so an inclusive reader from a non-batched id misses it "
-    "(the official client reads m4 instead of m3 as well)",
-)
-
-
-@pytest.mark.parametrize(
-    "batching", [pytest.param(False, marks=BROKER_INCLUSIVE_BUG), True]
-)
+@pytest.mark.parametrize("batching", [False, True])
 async def test_reader_from_message_id_inclusive(mclient: Client, topic: str,
                                                 batching: bool) -> None:
     ids = await _produce(mclient, topic, 10, batching=batching)

@@ -26,6 +26,7 @@ from magnetar.client.topic_consumer import (
     INITIAL_POSITIONS,
     SUBSCRIPTION_TYPES,
     ConsumerConfig,
+    RawEntry,
     TopicConsumer,
 )
 from magnetar.client.topic_name import partition_index, partition_name, partitioned_base
@@ -50,6 +51,9 @@ MAX_TOTAL_RECEIVER_QUEUE_SIZE = 50_000
 
 MessageListener = Callable[["Consumer", Message], Awaitable[None] | None]
 
+# receive() lets the event loop run after this many prefetched messages in a row.
+_YIELD_EVERY = 64
+
 
 class Consumer:
     """A subscription to one or more topics (a list, a pattern, or a partitioned topic)."""
@@ -73,7 +77,8 @@ class Consumer:
         self._pattern_namespace = pattern_namespace
         self._discovery_period = pattern_auto_discovery_period
         self._start_message_id = start_message_id
-        self._queue: ReceiverQueue[Message] = ReceiverQueue()
+        # Messages, and entries not decoded yet (decoded as they are taken).
+        self._queue: ReceiverQueue[Message | RawEntry] = ReceiverQueue()
         self._subs: dict[str, TopicConsumer] = {}
         self._by_partition: dict[int, TopicConsumer] = {}
         self._partitioned_topics: dict[str, int] = {}
@@ -82,6 +87,7 @@ class Consumer:
         self._listener_task: asyncio.Task[None] | None = None
         self._discovery_task: asyncio.Task[None] | None = None
         self._failure: PulsarError | None = None
+        self._since_yield = 0
 
     # ------------------------------------------------------------------ setup
 
@@ -195,25 +201,62 @@ class Consumer:
         if self._closed:
             raise AlreadyClosed(f"consumer {self.conf.subscription} on {self.topic} is closed")
 
+    def _take(self, item: Message | RawEntry) -> Message | None:
+        """The next message from a queue item: a raw entry is decoded here, its other
+        messages go back to the head of the queue. ``None`` if it had none to give."""
+        if type(item) is Message:
+            return item
+        assert isinstance(item, RawEntry)
+        messages = item._consumer.decode(item)
+        if not messages:
+            return None
+        if len(messages) > 1:
+            self._queue.push_front(messages[1:])  # type: ignore[arg-type]
+        return messages[0]
+
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message; waits up to ``timeout`` seconds (forever if ``None``)."""
         self._check_open()
-        msg = self._queue.get_nowait()
-        if msg is None:
-            try:
-                msg = await self._queue.get(timeout)
-            except builtins.TimeoutError:
-                raise TimeoutError(f"no message within {timeout}s") from None
+        queue = self._queue
+        deadline: float | None = None
+        while True:
+            item = queue.get_nowait()
+            if item is None:
+                self._since_yield = 0
+                wait = timeout
+                if timeout is not None:
+                    now = asyncio.get_running_loop().time()
+                    if deadline is None:
+                        deadline = now + timeout
+                    wait = max(0.0, deadline - now)
+                try:
+                    item = await queue.get(wait)
+                except builtins.TimeoutError:
+                    raise TimeoutError(f"no message within {timeout}s") from None
+            else:
+                # Queued items return without suspending; let the loop read the
+                # socket now and then, or the broker waits on a full socket buffer.
+                self._since_yield += 1
+                if self._since_yield >= _YIELD_EVERY:
+                    self._since_yield = 0
+                    await asyncio.sleep(0)
+            msg = item if type(item) is Message else self._take(item)
+            if msg is not None:
+                break
         msg._consumer._on_dequeued(msg)
         return msg
 
     def receive_nowait(self) -> Message | None:
         """A message if one is prefetched, else ``None``."""
         self._check_open()
-        msg = self._queue.get_nowait()
-        if msg is not None:
-            msg._consumer._on_dequeued(msg)
-        return msg
+        while True:
+            item = self._queue.get_nowait()
+            if item is None:
+                return None
+            msg = self._take(item)
+            if msg is not None:
+                msg._consumer._on_dequeued(msg)
+                return msg
 
     async def batch_receive(
         self, max_messages: int = 100, timeout: float = 0.1
@@ -223,17 +266,21 @@ class Consumer:
         self._check_open()
         out: list[Message] = []
         queue = self._queue
-        deadline = asyncio.get_running_loop().time() + timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         while len(out) < max_messages:
-            msg = queue.get_nowait()
-            if msg is None:
-                remaining = deadline - asyncio.get_running_loop().time()
+            item = queue.get_nowait()
+            if item is None:
+                remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
                 try:
-                    msg = await queue.get(remaining)
+                    item = await queue.get(remaining)
                 except builtins.TimeoutError:
                     break
+            msg = self._take(item)
+            if msg is None:
+                continue
             msg._consumer._on_dequeued(msg)
             out.append(msg)
         return out

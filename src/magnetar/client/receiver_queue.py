@@ -39,6 +39,10 @@ class ReceiverQueue(Generic[T]):
             return self._items.popleft()
         return None
 
+    def push_front(self, items: list[T]) -> None:
+        """Put ``items`` back at the head, in their order (the rest of a decoded entry)."""
+        self._items.extendleft(reversed(items))
+
     def peek(self) -> T | None:
         return self._items[0] if self._items else None
 

@@ -78,6 +78,17 @@ class ConsumerConfig:
         return self.subscription_type in (_Sub.Shared, _Sub.Key_Shared)
 
 
+class RawEntry:
+    """A MESSAGE frame waiting in the receiver queue, decoded when it is taken."""
+
+    __slots__ = ("_consumer", "body", "command")
+
+    def __init__(self, consumer: TopicConsumer, command: pb.CommandMessage, body: bytes) -> None:
+        self._consumer = consumer
+        self.command = command
+        self.body = body
+
+
 def _prior(index: int, start: int, inclusive: bool) -> bool:
     return index < start if inclusive else index <= start
 
@@ -194,8 +205,8 @@ class TopicConsumer(ConnectionHandler):
         cmd.close_consumer.request_id = conn.new_request_id()
         conn.send_command(cmd)
 
-    def _mine(self, msg: Message) -> bool:
-        return msg._consumer is self
+    def _mine(self, item: Message | RawEntry) -> bool:
+        return item._consumer is self
 
     def _on_close_consumer(self) -> None:
         conn = self._detach()
@@ -216,6 +227,15 @@ class TopicConsumer(ConnectionHandler):
     # ------------------------------------------------------------------ receiving
 
     def _on_message(self, cmd: pb.CommandMessage, body: bytes) -> None:
+        # Decoding waits until the application takes the entry (see decode): the
+        # FLOW that frees room then goes out while later entries are still queued,
+        # so the broker works on the next ones while this process decodes.
+        self._queue.put(RawEntry(self, cmd, body))
+
+    def decode(self, raw: RawEntry) -> list[Message]:
+        """The messages of a received entry, in order (none if all are skipped)."""
+        cmd = raw.command
+        body = raw.body
         mid = cmd.message_id
         ledger = mid.ledgerId
         entry = mid.entryId
@@ -226,29 +246,29 @@ class TopicConsumer(ConnectionHandler):
             log.error("%s: entry %d:%d fails its checksum; discarding it",
                       self.topic, ledger, entry)
             self._discard(ledger, entry, pb.CommandAck.ChecksumMismatch)
-            return
+            return []
         except (ProtocolError, DecodeError) as exc:
             log.error("%s: entry %d:%d does not parse (%s); discarding it",
                       self.topic, ledger, entry, exc)
             self._discard(ledger, entry, pb.CommandAck.BatchDeSerializeError)
-            return
+            return []
         batched = metadata.HasField("num_messages_in_batch")
         count = metadata.num_messages_in_batch if batched else 1
         if (self._consumer_epoch and cmd.HasField("consumer_epoch")
                 and cmd.consumer_epoch < self._consumer_epoch):
             self._credit(count)  # dispatched before a redeliver-all; it comes again
-            return
+            return []
         position = (ledger, entry)
         if self._acks.maybe_acked and self._acks.is_duplicate(position):
             self._credit(count)
-            return
+            return []
         try:
             items = payload_to_messages(metadata, payload)  # the PIP-96 seam
         except ProtocolError as exc:
             log.error("%s: entry %d:%d cannot be decoded (%s); discarding it",
                       self.topic, ledger, entry, exc)
             self._discard(ledger, entry, pb.CommandAck.DecompressionError)
-            return
+            return []
         partition = self.partition
         topic = self.topic
         redelivery_count = cmd.redelivery_count
@@ -259,11 +279,12 @@ class TopicConsumer(ConnectionHandler):
         start = self._start
         check_start = start is not None and start.ledger_id == ledger
         inclusive = self._start_inclusive
-        put = self._queue.put
+        out: list[Message] = []
+        put = out.append
         if not batched:
             if check_start and start is not None and _prior(entry, start.entry_id, inclusive):
                 self._credit(1)
-                return
+                return []
             put(Message(
                 items[0][1],
                 new_id(ledger, entry, -1, partition, 0),
@@ -279,7 +300,7 @@ class TopicConsumer(ConnectionHandler):
                 schema_version,
                 self,
             ))
-            return
+            return out
         n = len(items)
         acker = self._batch_ackers.get(position)
         if acker is None or acker.size != n:
@@ -323,6 +344,7 @@ class TopicConsumer(ConnectionHandler):
             self._credit(skipped)
             if skipped == n and acker.complete:
                 self._batch_ackers.pop(position, None)
+        return out
 
     def _discard(self, ledger: int, entry: int, reason: int) -> None:
         """Ack an entry that can never be consumed, saying why (as Pulsar's clients do)."""
