@@ -55,3 +55,12 @@ def test_send_receipt_matches_generated_code() -> None:
         BaseCommand(type=BaseCommand.SEND_RECEIPT, send_receipt=receipt), b""
     )
     assert fast == slow
+
+
+def test_message_id_encoder_matches_the_function() -> None:
+    from magnetar.protocol.fastpath import MessageIdEncoder
+
+    for ledger, partition in ((1795307393, -1), (7, 3)):
+        encode = MessageIdEncoder(ledger, partition)
+        for entry in (0, 1, 70000, 2**40):
+            assert encode(entry) == message_id_bytes(ledger, entry, partition)

@@ -18,7 +18,7 @@ from magnetar.broker.nondurable_cursor import NonDurableCursor
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.subscription import Cursor, Subscription
 from magnetar.broker.topic_name import TopicName
-from magnetar.protocol.fastpath import encode_send_receipt, message_id_bytes
+from magnetar.protocol.fastpath import MessageIdEncoder, encode_send_receipt
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 
@@ -60,13 +60,14 @@ class Topic:
             metadata.ledger_id = max(1, clock_ms() // 1000)
             metadata.save()
         self.ledger_id = metadata.ledger_id
+        self._mid_with_partition = MessageIdEncoder(self.ledger_id, self.partition_index)
+        self._mid_for_receipts = MessageIdEncoder(self.ledger_id, -1)
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.access = ProducerAccess(self)
         self.schemas = SchemaRegistry(metadata)
         self.stats = TopicStats()
         self._info: dict[int, EntryInfo] = {}
-        self._mid_cache: dict[int, bytes] = {}
         self.terminated = metadata.properties.get("terminated") == "true"
         self.closed = False
         self.failure: str | None = None
@@ -87,7 +88,7 @@ class Topic:
 
     def message_id_bytes(self, entry_id: int) -> bytes:
         """Encoded id for MESSAGE frames; consumers read the partition from it."""
-        return message_id_bytes(self.ledger_id, entry_id, self.partition_index)
+        return self._mid_with_partition(entry_id)
 
     def message_id(self, entry_id: int, batch_index: int = -1) -> MessageId:
         return MessageId(self.ledger_id, entry_id, batch_index, self.partition_index)
@@ -126,7 +127,7 @@ class Topic:
     ) -> None:
         cnx = producer.cnx
         producer_id = producer.producer_id
-        ledger_id = self.ledger_id
+        receipt_id = self._mid_for_receipts
         subscriptions = self.subscriptions
 
         def on_durable(entry_id: int) -> None:
@@ -134,7 +135,7 @@ class Topic:
                 encode_send_receipt(
                     producer_id,
                     sequence_id,
-                    message_id_bytes(ledger_id, entry_id, -1),
+                    receipt_id(entry_id),
                     highest_sequence_id,
                 )
             )

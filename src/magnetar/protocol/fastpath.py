@@ -17,17 +17,25 @@ _FIELD_MESSAGE = 0x4A  # BaseCommand.message = 9, length-delimited
 _FIELD_SEND_RECEIPT = 0x3A  # BaseCommand.send_receipt = 7, length-delimited
 
 
-def varint(value: int) -> bytes:
+def _slow_varint(value: int) -> bytes:
     if value < 0:
         value &= (1 << 64) - 1
-    if value < 0x80:
-        return bytes((value,))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+# Ids, counts and sizes below 2**16 are most of what is encoded; look them up.
+_SMALL = [_slow_varint(i) for i in range(1 << 16)]
+
+
+def varint(value: int) -> bytes:
+    if 0 <= value < 65536:
+        return _SMALL[value]
+    return _slow_varint(value)
 
 
 def message_id_bytes(ledger_id: int, entry_id: int, partition: int, batch_index: int = -1) -> bytes:
@@ -37,6 +45,19 @@ def message_id_bytes(ledger_id: int, entry_id: int, partition: int, batch_index:
     if batch_index >= 0:
         body += b"\x20" + varint(batch_index)
     return body
+
+
+class MessageIdEncoder:
+    """``message_id_bytes`` for one ledger and partition, with the constant parts made once."""
+
+    __slots__ = ("_prefix", "_suffix")
+
+    def __init__(self, ledger_id: int, partition: int) -> None:
+        self._prefix = b"\x08" + varint(ledger_id) + b"\x10"
+        self._suffix = b"\x18" + varint(partition) if partition >= 0 else b""
+
+    def __call__(self, entry_id: int) -> bytes:
+        return self._prefix + varint(entry_id) + self._suffix
 
 
 def encode_message_frame(
