@@ -358,3 +358,20 @@ def test_client_frame_decoder_handles_any_split() -> None:
         client_codec.ClientFrameDecoder(100).feed(b"\x00\x00\x10\x00")
     with pytest.raises(MalformedFrame):
         client_codec.ClientFrameDecoder(100).feed(b"\x00\x00\x00\x06\x00\x00\x00\x02\xff\xff")
+
+
+def test_fast_split_batch_matches_the_protocol_one() -> None:
+    from magnetar.protocol.batch import build_batch
+
+    messages = [(pb.SingleMessageMetadata(sequence_id=i, partition_key=f"k{i}"), b"v" * i)
+                for i in range(20)]
+    payload = build_batch(messages)
+    fast = client_codec.split_batch(payload, 20)
+    assert [(s.sequence_id, s.partition_key, p) for s, p in fast] == [
+        (s.sequence_id, s.partition_key, p) for s, p in split_batch(payload, 20)]
+    from magnetar.protocol.errors import MalformedFrame
+
+    with pytest.raises(MalformedFrame):
+        client_codec.split_batch(payload, 21)
+    with pytest.raises(MalformedFrame):
+        client_codec.split_batch(payload[:-5], 20)

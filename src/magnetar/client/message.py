@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.protocol.batch import split_batch
+from magnetar.protocol.client_codec import split_batch
 from magnetar.protocol.compression import decompress
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
@@ -36,7 +36,7 @@ def payload_to_messages(
     if metadata.compression:
         payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
     if metadata.HasField("num_messages_in_batch"):
-        return list(split_batch(payload, metadata.num_messages_in_batch))
+        return split_batch(payload, metadata.num_messages_in_batch)  # type: ignore[return-value]
     return [(None, payload)]
 
 
