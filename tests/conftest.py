@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -34,10 +35,8 @@ def client_factory() -> Iterator[Callable[[str], pulsar.Client]]:
 
     yield make
     for client in clients:
-        try:
+        with contextlib.suppress(Exception):
             client.close()
-        except Exception:
-            pass
 
 
 @pytest.fixture
