@@ -442,12 +442,13 @@ class ServerCnx(asyncio.Protocol):
             )
             del self.producers[producer.producer_id]
             return
+        self._write_close_producer(producer.producer_id)
+
+    def _write_close_producer(self, producer_id: int) -> None:
         self.write_command(
             BaseCommand(
                 type=T.CLOSE_PRODUCER,
-                close_producer=pb.CommandCloseProducer(
-                    producer_id=producer.producer_id, request_id=0
-                ),
+                close_producer=pb.CommandCloseProducer(producer_id=producer_id, request_id=0),
             )
         )
 
@@ -457,14 +458,7 @@ class ServerCnx(asyncio.Protocol):
             del self.producers[producer.producer_id]
             self._detach_producer(producer)
         if self.alive:
-            self.write_command(
-                BaseCommand(
-                    type=T.CLOSE_PRODUCER,
-                    close_producer=pb.CommandCloseProducer(
-                        producer_id=producer.producer_id, request_id=0
-                    ),
-                )
-            )
+            self._write_close_producer(producer.producer_id)
 
     def handle_send(self, command: BaseCommand, frame: Frame) -> None:
         send = command.send
