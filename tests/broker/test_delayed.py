@@ -9,6 +9,8 @@ from datetime import timedelta
 import pulsar
 import pytest
 
+from magnetar.testing import EmbeddedBroker
+
 CT = pulsar.ConsumerType
 DELAY_S = 1.0
 
@@ -133,3 +135,24 @@ def test_single_active_subscriptions_ignore_delay(
         b"at",
         b"later",
     ]
+
+
+def test_delayed_on_partitioned_topic(
+    broker: EmbeddedBroker, client: pulsar.Client, topic: str
+) -> None:
+    broker.create_partitioned_topic(topic, 3)
+    consumer = client.subscribe(topic, "delayed-parts", consumer_type=CT.Shared)
+    producer = client.create_producer(topic)
+    start = time.monotonic()
+    for i in range(6):
+        producer.send(
+            f"{i}".encode(), partition_key=f"k{i}", deliver_after=timedelta(seconds=DELAY_S)
+        )
+    producer.send(b"now")
+    assert consumer.receive(timeout_millis=700).data() == b"now"
+    remaining_ms = int((DELAY_S - (time.monotonic() - start)) * 1000) - 100
+    if remaining_ms > 0:
+        assert_nothing_for(consumer, remaining_ms)
+    got = sorted(consumer.receive(timeout_millis=3000).data() for _ in range(6))
+    assert got == [f"{i}".encode() for i in range(6)]
+    assert time.monotonic() - start >= DELAY_S - 0.1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -197,18 +198,21 @@ def test_shared_subscription_over_partitions(client: pulsar.Client, partitioned:
         producer.send_async(f"{i}".encode(), None)
     producer.flush()
     got: list[list[int]] = [[], []]
-    idle = 0
-    while idle < 2:
-        idle += 1
-        for i, c in enumerate(consumers):
+
+    def run(i: int) -> None:
+        while True:
             try:
-                while True:
-                    msg = c.receive(timeout_millis=300)
-                    c.acknowledge(msg)
-                    got[i].append(int(msg.data()))
-                    idle = 0
+                msg = consumers[i].receive(timeout_millis=400)
             except pulsar.Timeout:
-                pass
+                return
+            consumers[i].acknowledge(msg)
+            got[i].append(int(msg.data()))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
     everything = got[0] + got[1]
     assert len(everything) == len(set(everything)) == n
     assert got[0] and got[1]
@@ -296,6 +300,24 @@ def test_unsubscribe_partitioned(client: pulsar.Client, partitioned: str) -> Non
         [f"old{i}".encode() for i in range(8)] + [f"new{i}".encode() for i in range(4)]
     )
     assert_nothing_more(consumer)
+
+
+def test_reader_on_partitioned_topic(client: pulsar.Client, partitioned: str) -> None:
+    producer = client.create_producer(partitioned)
+    sent = [f"{i}".encode() for i in range(12)]
+    for p in sent:
+        producer.send(p)
+    reader = client.create_reader(partitioned, pulsar.MessageId.earliest)
+    got = []
+    deadline = time.monotonic() + 10
+    while reader.has_message_available():
+        assert time.monotonic() < deadline
+        got.append(reader.read_next(timeout_millis=RECEIVE_MS).data())
+    assert sorted(got) == sorted(sent)
+    latest = client.create_reader(partitioned, pulsar.MessageId.latest)
+    assert not latest.has_message_available()
+    producer.send(b"fresh")
+    assert latest.read_next(timeout_millis=RECEIVE_MS).data() == b"fresh"
 
 
 @pytest.fixture(scope="module")

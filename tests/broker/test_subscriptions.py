@@ -88,6 +88,22 @@ def test_exclusive_second_consumer_is_refused_at_once(
     assert second.receive(timeout_millis=RECEIVE_MS).data() == b"after"
 
 
+def test_exclusive_released_when_client_disconnects(
+    broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client], topic: str
+) -> None:
+    first_client = client_factory(broker.service_url)
+    first = first_client.subscribe(topic, "excl-dc", consumer_type=CT.Exclusive)
+    producer = client_factory(broker.service_url).create_producer(topic)
+    producer.send(b"unacked")
+    assert first.receive(timeout_millis=RECEIVE_MS).data() == b"unacked"
+    first_client.close()  # the connection goes away without an unsubscribe
+    second = client_factory(broker.service_url).subscribe(
+        topic, "excl-dc", consumer_type=CT.Exclusive
+    )
+    msg = second.receive(timeout_millis=RECEIVE_MS)
+    assert msg.data() == b"unacked"
+
+
 def test_subscription_type_mismatch(client: pulsar.Client, topic: str) -> None:
     client.subscribe(topic, "typed", consumer_type=CT.Shared)
     for other_type in (CT.Exclusive, CT.Failover, CT.KeyShared):
