@@ -13,24 +13,10 @@ import pytest
 
 from magnetar.testing import EmbeddedBroker
 
-RECEIVE_MS = 5000
+from .helpers import RECEIVE_MS, assert_nothing_more, receive_n
+
 CT = pulsar.ConsumerType
 Earliest = pulsar.InitialPosition.Earliest
-
-
-def receive_n(consumer: pulsar.Consumer, n: int) -> list[pulsar.Message]:
-    out = []
-    for _ in range(n):
-        msg = consumer.receive(timeout_millis=RECEIVE_MS)
-        consumer.acknowledge(msg)
-        out.append(msg)
-    return out
-
-
-def assert_nothing_more(consumer: pulsar.Consumer, timeout_ms: int = 300) -> None:
-    with pytest.raises(pulsar.Timeout):
-        msg = consumer.receive(timeout_millis=timeout_ms)
-        pytest.fail(f"unexpected extra message {msg.data()!r}")
 
 
 def partition_of(msg: pulsar.Message) -> int:

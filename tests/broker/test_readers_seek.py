@@ -7,13 +7,10 @@ import time
 import pulsar
 import pytest
 
-RECEIVE_MS = 5000
+from .helpers import RECEIVE_MS, assert_nothing_more, mid_key
+
 CT = pulsar.ConsumerType
 Earliest = pulsar.InitialPosition.Earliest
-
-
-def mid_key(msg_id: pulsar.MessageId) -> tuple[int, int, int]:
-    return (msg_id.ledger_id(), msg_id.entry_id(), msg_id.batch_index())
 
 
 def publish(producer: pulsar.Producer, payloads: list[bytes]) -> list[pulsar.MessageId]:
@@ -40,12 +37,6 @@ def read_n(reader: pulsar.Reader, n: int) -> list[bytes]:
 def assert_reader_done(reader: pulsar.Reader, timeout_ms: int = 300) -> None:
     with pytest.raises(pulsar.Timeout):
         msg = reader.read_next(timeout_millis=timeout_ms)
-        pytest.fail(f"unexpected extra message {msg.data()!r}")
-
-
-def assert_nothing_more(consumer: pulsar.Consumer, timeout_ms: int = 300) -> None:
-    with pytest.raises(pulsar.Timeout):
-        msg = consumer.receive(timeout_millis=timeout_ms)
         pytest.fail(f"unexpected extra message {msg.data()!r}")
 
 

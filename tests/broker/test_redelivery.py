@@ -10,36 +10,10 @@ import pytest
 
 from magnetar.testing import EmbeddedBroker
 
-RECEIVE_MS = 5000
+from .helpers import RECEIVE_MS, assert_nothing_more, receive_n
+
 CT = pulsar.ConsumerType
 Earliest = pulsar.InitialPosition.Earliest
-
-
-def receive_n(consumer: pulsar.Consumer, n: int, ack: bool = True) -> list[pulsar.Message]:
-    out = []
-    for _ in range(n):
-        msg = consumer.receive(timeout_millis=RECEIVE_MS)
-        if ack:
-            consumer.acknowledge(msg)
-        out.append(msg)
-    return out
-
-
-def drain(consumer: pulsar.Consumer, idle_ms: int = 500) -> list[bytes]:
-    out = []
-    while True:
-        try:
-            msg = consumer.receive(timeout_millis=idle_ms)
-        except pulsar.Timeout:
-            return out
-        consumer.acknowledge(msg)
-        out.append(msg.data())
-
-
-def assert_nothing_more(consumer: pulsar.Consumer, timeout_ms: int = 300) -> None:
-    with pytest.raises(pulsar.Timeout):
-        msg = consumer.receive(timeout_millis=timeout_ms)
-        pytest.fail(f"unexpected extra message {msg.data()!r} ({msg.redelivery_count()})")
 
 
 @pytest.mark.parametrize("sub_type", [CT.Shared, CT.KeyShared, CT.Exclusive, CT.Failover], ids=str)

@@ -9,7 +9,7 @@ import time
 import pulsar
 import pytest
 
-RECEIVE_MS = 5000
+from .helpers import RECEIVE_MS, assert_nothing_more, mid_key, receive_n
 
 COMPRESSIONS = [
     pulsar.CompressionType.LZ4,
@@ -19,27 +19,8 @@ COMPRESSIONS = [
 ]
 
 
-def mid_key(msg_id: pulsar.MessageId) -> tuple[int, int, int]:
-    return (msg_id.ledger_id(), msg_id.entry_id(), msg_id.batch_index())
-
-
 def earliest(client: pulsar.Client, topic: str, sub: str = "sub", **kw: object) -> pulsar.Consumer:
     return client.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Earliest, **kw)
-
-
-def receive_all(consumer: pulsar.Consumer, n: int) -> list[pulsar.Message]:
-    out = []
-    for _ in range(n):
-        msg = consumer.receive(timeout_millis=RECEIVE_MS)
-        consumer.acknowledge(msg)
-        out.append(msg)
-    return out
-
-
-def assert_nothing_more(consumer: pulsar.Consumer, timeout_ms: int = 300) -> None:
-    with pytest.raises(pulsar.Timeout):
-        msg = consumer.receive(timeout_millis=timeout_ms)
-        pytest.fail(f"unexpected extra message {msg.data()!r}")
 
 
 def test_payload_key_properties_event_time_ordering_key(client: pulsar.Client, topic: str) -> None:
@@ -132,7 +113,7 @@ def test_batching_order_and_metadata(client: pulsar.Client, topic: str, batching
     assert sent_ids == sorted(sent_ids)
     assert len(set(sent_ids)) == n
 
-    msgs = receive_all(consumer, n)
+    msgs = receive_n(consumer, n)
     assert [m.data() for m in msgs] == [f"msg-{i}".encode() * 3 for i in range(n)]
     assert [m.properties()["i"] for m in msgs] == [str(i) for i in range(n)]
     assert [m.partition_key() for m in msgs] == [f"k{i % 7}" for i in range(n)]
@@ -168,7 +149,7 @@ def test_compression(
     for p in payloads:
         producer.send_async(p, None, properties={"len": str(len(p))})
     producer.flush()
-    msgs = receive_all(consumer, len(payloads))
+    msgs = receive_n(consumer, len(payloads))
     assert [m.data() for m in msgs] == payloads
     assert [m.properties()["len"] for m in msgs] == [str(len(p)) for p in payloads]
     assert_nothing_more(consumer)
@@ -185,7 +166,7 @@ def test_small_receiver_queue_and_big_batches(client: pulsar.Client, topic: str)
     for i in range(n):
         producer.send_async(str(i).encode(), None)
     producer.flush()
-    msgs = receive_all(consumer, n)
+    msgs = receive_n(consumer, n)
     assert [int(m.data()) for m in msgs] == list(range(n))
     assert_nothing_more(consumer)
 
@@ -217,7 +198,7 @@ def test_send_async_callbacks(client: pulsar.Client, topic: str) -> None:
     assert order == list(range(n))
     ids = [mid_key(got[i][1]) for i in range(n)]
     assert ids == sorted(ids) and len(set(ids)) == n
-    msgs = receive_all(consumer, n)
+    msgs = receive_n(consumer, n)
     assert [int(m.data()) for m in msgs] == list(range(n))
     assert [mid_key(m.message_id()) for m in msgs] == ids
 
@@ -235,7 +216,7 @@ def test_large_messages(client: pulsar.Client, topic: str, batching: bool) -> No
     payloads.append(os.urandom(1024 * 1024 - 100))
     for p in payloads:
         producer.send(p)
-    msgs = receive_all(consumer, len(payloads))
+    msgs = receive_n(consumer, len(payloads))
     assert [m.data() for m in msgs] == payloads
 
 
@@ -298,7 +279,7 @@ def test_chunked_message(client: pulsar.Client, topic: str) -> None:
     send_bounded(producer, b"before")
     send_bounded(producer, big, properties={"kind": "big"})
     send_bounded(producer, b"after")
-    msgs = receive_all(consumer, 3)
+    msgs = receive_n(consumer, 3)
     assert msgs[0].data() == b"before"
     assert msgs[1].data() == big
     assert msgs[1].properties() == {"kind": "big"}
@@ -316,7 +297,7 @@ def test_message_ids_monotonic_across_producers(client: pulsar.Client, topic: st
         sent.append(mid_key(producer.send(f"m{i}".encode())))
     assert sent == sorted(sent)
     assert len(set(sent)) == len(sent)
-    msgs = receive_all(consumer, 30)
+    msgs = receive_n(consumer, 30)
     received = [mid_key(m.message_id()) for m in msgs]
     assert received == sorted(received)
     assert [m.data() for m in msgs] == [f"m{i}".encode() for i in range(30)]
@@ -330,7 +311,7 @@ def test_redelivery_count_zero_on_first_delivery(client: pulsar.Client, topic: s
         producer.send_async(str(i).encode(), None)
     producer.flush()
     for consumer in (shared, exclusive):
-        msgs = receive_all(consumer, 10)
+        msgs = receive_n(consumer, 10)
         assert [m.redelivery_count() for m in msgs] == [0] * 10
 
 
@@ -340,5 +321,5 @@ def test_producer_sequence_ids(client: pulsar.Client, topic: str) -> None:
     producer = client.create_producer(topic, initial_sequence_id=100)
     for i in range(5):
         producer.send(f"s{i}".encode(), sequence_id=200 + i)
-    msgs = receive_all(consumer, 5)
+    msgs = receive_n(consumer, 5)
     assert [m.data() for m in msgs] == [f"s{i}".encode() for i in range(5)]

@@ -13,39 +13,11 @@ import pytest
 
 from magnetar.testing import EmbeddedBroker
 
-RECEIVE_MS = 5000
+from .helpers import RECEIVE_MS, assert_nothing_more, drain, receive_n
+
 Earliest = pulsar.InitialPosition.Earliest
 Latest = pulsar.InitialPosition.Latest
 CT = pulsar.ConsumerType
-
-
-def drain(consumer: pulsar.Consumer, idle_ms: int = 500, ack: bool = True) -> list[pulsar.Message]:
-    """Receive until nothing arrives for ``idle_ms``."""
-    out = []
-    while True:
-        try:
-            msg = consumer.receive(timeout_millis=idle_ms)
-        except pulsar.Timeout:
-            return out
-        if ack:
-            consumer.acknowledge(msg)
-        out.append(msg)
-
-
-def receive_n(consumer: pulsar.Consumer, n: int, ack: bool = True) -> list[pulsar.Message]:
-    out = []
-    for _ in range(n):
-        msg = consumer.receive(timeout_millis=RECEIVE_MS)
-        if ack:
-            consumer.acknowledge(msg)
-        out.append(msg)
-    return out
-
-
-def assert_nothing_more(consumer: pulsar.Consumer, timeout_ms: int = 300) -> None:
-    with pytest.raises(pulsar.Timeout):
-        msg = consumer.receive(timeout_millis=timeout_ms)
-        pytest.fail(f"unexpected extra message {msg.data()!r}")
 
 
 def send_all(producer: pulsar.Producer, payloads: list[bytes], **kw: object) -> None:
