@@ -1,0 +1,54 @@
+"""GET_SCHEMA and GET_OR_CREATE_SCHEMA with exact frames."""
+
+from __future__ import annotations
+
+from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.testing import EmbeddedBroker
+
+from .rawclient import RawPeer
+
+
+def get_or_create(peer: RawPeer, topic: str, schema: pb.Schema, request_id: int):  # type: ignore[no-untyped-def]
+    peer.send(
+        BaseCommand(
+            type=BaseCommand.GET_OR_CREATE_SCHEMA,
+            getOrCreateSchema=pb.CommandGetOrCreateSchema(
+                request_id=request_id, topic=topic, schema=schema
+            ),
+        )
+    )
+    return peer.expect(BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE).command.getOrCreateSchemaResponse
+
+
+def get_schema(peer: RawPeer, topic: str, request_id: int, version: bytes | None = None):  # type: ignore[no-untyped-def]
+    request = pb.CommandGetSchema(request_id=request_id, topic=topic)
+    if version is not None:
+        request.schema_version = version
+    peer.send(BaseCommand(type=BaseCommand.GET_SCHEMA, getSchema=request))
+    return peer.expect(BaseCommand.GET_SCHEMA_RESPONSE).command.getSchemaResponse
+
+
+def test_schema_versions_are_created_fetched_and_checked(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    peer = RawPeer(broker.port)
+    v1 = pb.Schema(name="rec", schema_data=b'{"type":"record","fields":[]}', type=pb.Schema.Json)
+    v2 = pb.Schema(name="rec", schema_data=b'{"type":"record","fields":[1]}', type=pb.Schema.Json)
+    first = get_or_create(peer, topic, v1, 1)
+    assert not first.HasField("error_code")
+    assert get_or_create(peer, topic, v1, 2).schema_version == first.schema_version
+    second = get_or_create(peer, topic, v2, 3)
+    assert second.schema_version != first.schema_version
+    latest = get_schema(peer, topic, 4)
+    assert latest.schema.schema_data == v2.schema_data
+    assert latest.schema_version == second.schema_version
+    old = get_schema(peer, topic, 5, first.schema_version)
+    assert old.schema.schema_data == v1.schema_data
+    incompatible = get_or_create(
+        peer, topic, pb.Schema(name="s", schema_data=b"", type=pb.Schema.String), 6
+    )
+    assert incompatible.error_code == pb.IncompatibleSchema
+    assert "incompatible" in incompatible.error_message
+    missing = get_schema(peer, topic + "-none", 7)
+    assert missing.HasField("error_code")
+    peer.close()
