@@ -1,0 +1,431 @@
+"""Request-reply on one magnetar broker: PIP-371 vs the classic two-topic pattern.
+
+    .venv/bin/python benchmarks/rpc.py [--requests 2000] [--in-flight 64]
+        [--throughput-requests 10000] [--size 100] [--sync-policy always|interval]
+        [--service-url URL] [--only pip371|two-topic] [--profile-broker FILE]
+        [--profile-client FILE] [--profile-responder FILE]
+
+Both patterns use magnetar's asyncio client (uvloop) on both ends, against the
+same broker in the same run:
+
+* **PIP-371**: ``producer.request(payload)``; the responder answers with
+  ``consumer.acknowledge(msg, reply=...)`` and the broker forwards the reply to
+  the requesting producer.
+* **two-topic**: the requester publishes to a request topic with the properties
+  ``correlation-id`` and ``reply-to``; the responder consumes it, publishes the
+  reply to the reply topic and acks the request; the requester consumes the
+  reply topic and matches correlation ids. (The responder acks the request
+  without waiting for its reply's receipt, the fastest variant of the pattern.)
+
+Figures: sequential latency (one request at a time, after a warm-up) p50/p99,
+and throughput with ``--in-flight`` requests outstanding at all times.
+
+Without ``--service-url`` one broker is started as a subprocess (fresh temporary
+data dir, the durable default sync policy ``always``: fsync with group commit
+before every send receipt). The responder runs in a process of its own, so the
+broker, the requester and the responder do not share an interpreter.
+``--profile-broker FILE`` runs that broker under cProfile (``python -m cProfile
+-o FILE -m magnetar serve ...``); ``--profile-client`` / ``--profile-responder``
+profile the requester / responder. Read them with ``python -m pstats FILE``.
+
+It prints a table; it is a measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from multiprocessing.synchronize import Event as EventType
+from typing import Any, TypeVar
+
+from magnetar.client import Client
+from magnetar.testing import EmbeddedBroker
+from magnetar.testing.embedded import free_port
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover
+    uvloop = None  # type: ignore[assignment]
+
+T = TypeVar("T")
+CORRELATION_ID = "correlation-id"
+REPLY_TO = "reply-to"
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    if uvloop is not None:
+        return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------- the broker
+
+
+@contextlib.contextmanager
+def broker_url(args: argparse.Namespace) -> Iterator[str]:
+    """The service URL to measure against: given, or a fresh subprocess broker."""
+    if args.service_url:
+        yield args.service_url
+        return
+    if not args.profile_broker:
+        with EmbeddedBroker(
+            mode="subprocess", sync_policy=args.sync_policy, log_level="WARNING"
+        ) as broker:
+            yield broker.service_url
+        return
+    # The same broker, under cProfile (EmbeddedBroker cannot add the -m cProfile).
+    data_dir = tempfile.mkdtemp(prefix="magnetar-rpc-bench-")
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "cProfile",
+        "-o",
+        args.profile_broker,
+        "-m",
+        "magnetar",
+        "serve",
+        "--port",
+        str(port),
+        "--admin-port",
+        "off",
+        "--data-dir",
+        data_dir,
+        "--sync-policy",
+        args.sync_policy,
+        "--log-level",
+        "WARNING",
+    ]
+    process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("profiled broker did not start") from None
+                time.sleep(0.05)
+        yield f"pulsar://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)  # a clean exit, so cProfile writes its file
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- the responder process
+
+
+async def _until(stop: EventType, ready: EventType, serving: Awaitable[None]) -> None:
+    """Run ``serving`` until the parent sets ``stop``."""
+    task: asyncio.Future[Any] = asyncio.ensure_future(serving)
+    ready.set()
+    stopped: asyncio.Future[Any] = asyncio.get_running_loop().run_in_executor(None, stop.wait)
+    await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _respond_pip371(url: str, topic: str, ready: EventType, stop: EventType) -> None:
+    async with Client(url) as client:
+        consumer = await client.subscribe(
+            topic, "responder", subscription_type="shared", receiver_queue_size=1000
+        )
+
+        async def serve() -> None:
+            while True:
+                msg = await consumer.receive()
+                await consumer.acknowledge(msg, reply=msg.value)
+
+        await _until(stop, ready, serve())
+
+
+async def _respond_two_topic(url: str, topic: str, ready: EventType, stop: EventType) -> None:
+    async with Client(url) as client:
+        consumer = await client.subscribe(
+            topic, "responder", subscription_type="shared", receiver_queue_size=1000
+        )
+        producers: dict[str, Any] = {}
+
+        async def serve() -> None:
+            while True:
+                msg = await consumer.receive()
+                reply_to = msg.properties[REPLY_TO]
+                producer = producers.get(reply_to)
+                if producer is None:
+                    producer = producers[reply_to] = await client.create_producer(
+                        reply_to, max_pending_messages=10_000
+                    )
+                producer.send_async(
+                    msg.value, properties={CORRELATION_ID: msg.properties[CORRELATION_ID]}
+                )
+                await consumer.acknowledge(msg)
+
+        await _until(stop, ready, serve())
+
+
+def responder_main(
+    kind: str, url: str, topic: str, ready: EventType, stop: EventType, profile: str | None
+) -> None:
+    serve = _respond_pip371 if kind == "pip371" else _respond_two_topic
+    if profile:
+        with cProfile.Profile() as prof:
+            _run(serve(url, topic, ready, stop))
+        prof.dump_stats(profile)
+    else:
+        _run(serve(url, topic, ready, stop))
+
+
+@contextlib.contextmanager
+def responder(kind: str, url: str, topic: str, profile: str | None) -> Iterator[None]:
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    process = ctx.Process(
+        target=responder_main, args=(kind, url, topic, ready, stop, profile), daemon=True
+    )
+    process.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.wait(0.1):
+            if not process.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the {kind} responder did not start")
+        yield
+    finally:
+        stop.set()
+        process.join(30)
+        if process.is_alive():
+            process.terminate()
+            process.join(5)
+
+
+# ---------------------------------------------------------------- the requesters
+
+RequestFn = Callable[[bytes], Awaitable[bytes]]
+
+
+@dataclass
+class Figures:
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    rate: float  # requests per second with the window full
+
+
+async def _measure(
+    request: RequestFn, payload: bytes, warmup: int, n: int, in_flight: int, total: int
+) -> Figures:
+    async with asyncio.timeout(600):  # a lost reply fails the run instead of hanging it
+        return await _measure_unguarded(request, payload, warmup, n, in_flight, total)
+
+
+async def _measure_unguarded(
+    request: RequestFn, payload: bytes, warmup: int, n: int, in_flight: int, total: int
+) -> Figures:
+    for _ in range(warmup):
+        if await request(payload) != payload:
+            raise AssertionError("wrong reply")
+    latencies = []
+    for _ in range(n):
+        started = time.perf_counter()
+        reply = await request(payload)
+        latencies.append(time.perf_counter() - started)
+        if reply != payload:
+            raise AssertionError("wrong reply")
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2]
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+
+    remaining = [total]
+    wrong = [0]
+
+    async def worker() -> None:
+        while remaining[0] > 0:
+            remaining[0] -= 1
+            if await request(payload) != payload:
+                wrong[0] += 1
+
+    for _ in range(2):  # a short warm-up of the window
+        await asyncio.gather(*(request(payload) for _ in range(in_flight)))
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    elapsed = time.perf_counter() - started
+    if wrong[0]:
+        raise AssertionError(f"{wrong[0]} wrong replies")
+    return Figures(p50 * 1000, p99 * 1000, statistics.fmean(latencies) * 1000, total / elapsed)
+
+
+async def bench_pip371(url: str, topic: str, args: argparse.Namespace) -> Figures:
+    async with Client(url) as client:
+        producer = await client.create_producer(topic, max_pending_messages=10_000)
+
+        async def request(payload: bytes) -> bytes:
+            return (await producer.request(payload, timeout=30)).value
+
+        return await _measure(
+            request,
+            b"x" * args.size,
+            args.warmup,
+            args.requests,
+            args.in_flight,
+            args.throughput_requests,
+        )
+
+
+async def bench_two_topic(url: str, topic: str, args: argparse.Namespace) -> Figures:
+    reply_topic = topic + "-replies"
+    async with Client(url) as client:
+        replies = await client.subscribe(
+            reply_topic, "requester", subscription_type="exclusive", receiver_queue_size=1000
+        )
+        producer = await client.create_producer(topic, max_pending_messages=10_000)
+        waiting: dict[str, asyncio.Future[bytes]] = {}
+        loop = asyncio.get_running_loop()
+        next_id = [0]
+
+        async def collect() -> None:
+            while True:
+                msg = await replies.receive()
+                future = waiting.pop(msg.properties[CORRELATION_ID], None)
+                if future is not None and not future.done():
+                    future.set_result(msg.value)
+                await replies.acknowledge(msg)
+
+        collector = asyncio.create_task(collect())
+
+        async def request(payload: bytes) -> bytes:
+            next_id[0] += 1
+            cid = str(next_id[0])
+            future: asyncio.Future[bytes] = loop.create_future()
+            waiting[cid] = future
+            producer.send_async(payload, properties={CORRELATION_ID: cid, REPLY_TO: reply_topic})
+            return await future  # (no per-request timer: the cheapest variant; see _measure)
+
+        try:
+            return await _measure(
+                request,
+                b"x" * args.size,
+                args.warmup,
+                args.requests,
+                args.in_flight,
+                args.throughput_requests,
+            )
+        finally:
+            collector.cancel()
+
+
+def run_requester(
+    fn: Callable[[str, str, argparse.Namespace], Coroutine[Any, Any, Figures]],
+    url: str,
+    topic: str,
+    args: argparse.Namespace,
+    profile: cProfile.Profile | None,
+) -> Figures:
+    if profile is None:
+        return _run(fn(url, topic, args))
+    profile.enable()
+    try:
+        return _run(fn(url, topic, args))
+    finally:
+        profile.disable()
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=2000, help="sequential requests timed")
+    parser.add_argument("--warmup", type=int, default=300, help="sequential requests not timed")
+    parser.add_argument("--in-flight", type=int, default=64, help="window of the throughput run")
+    parser.add_argument("--throughput-requests", type=int, default=10_000)
+    parser.add_argument("--size", type=int, default=100, help="request and reply bytes")
+    parser.add_argument("--sync-policy", default="always", choices=["always", "interval"])
+    parser.add_argument("--service-url", help="measure this broker instead of starting one")
+    parser.add_argument("--only", choices=["pip371", "two-topic"], help="run one pattern")
+    parser.add_argument("--profile-broker", metavar="FILE")
+    parser.add_argument("--profile-client", metavar="FILE")
+    parser.add_argument("--profile-responder", metavar="FILE", help="FILE.<pattern> per pattern")
+    args = parser.parse_args()
+
+    client_profile = cProfile.Profile() if args.profile_client else None
+    patterns = [
+        ("PIP-371", "pip371", bench_pip371),
+        ("two-topic", "two-topic", bench_two_topic),
+    ]
+    results: dict[str, Figures] = {}
+    with broker_url(args) as url:
+        for label, kind, fn in patterns:
+            if args.only and args.only != kind:
+                continue
+            topic = f"persistent://public/default/rpc-bench-{kind}-{uuid.uuid4().hex[:8]}"
+            profile = f"{args.profile_responder}.{kind}" if args.profile_responder else None
+            with responder(kind, url, topic, profile):
+                results[label] = run_requester(fn, url, topic, args, client_profile)
+            print(f"  {label}: done", file=sys.stderr, flush=True)
+    if client_profile is not None:
+        client_profile.dump_stats(args.profile_client)
+
+    where = args.service_url or f"one subprocess broker, sync policy {args.sync_policy!r}"
+    print()
+    print(f"request-reply on {where}; {args.size}-byte requests and replies;")
+    print(
+        f"sequential: {args.requests} timed after {args.warmup} warm-up; throughput: "
+        f"{args.throughput_requests} requests, {args.in_flight} in flight; "
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+    )
+    header = f"{'pattern':<12}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}"
+    print(header + f"{f'{args.in_flight} in flight req/s':>24}")
+    for label, fig in results.items():
+        print(
+            f"{label:<12}{fig.p50_ms:>9.3f}{fig.p99_ms:>9.3f}{fig.mean_ms:>9.3f}{fig.rate:>24,.0f}"
+        )
+    if len(results) == 2:
+        ours, theirs = results["PIP-371"], results["two-topic"]
+        print(
+            f"{'ratio':<12}{ours.p50_ms / theirs.p50_ms:>9.2f}{ours.p99_ms / theirs.p99_ms:>9.2f}"
+            f"{ours.mean_ms / theirs.mean_ms:>9.2f}{ours.rate / theirs.rate:>24.2f}"
+            "   (PIP-371 / two-topic)"
+        )
+    if "PIP-371" in results:
+        fig = results["PIP-371"]
+        print()
+        print(
+            f"target sequential p50 <= 0.5 ms: {fig.p50_ms:.3f} ms "
+            f"{'met' if fig.p50_ms <= 0.5 else 'NOT met'}"
+        )
+        print(
+            f"target {args.in_flight} in flight >= 10,000 req/s: {fig.rate:,.0f} "
+            f"{'met' if fig.rate >= 10_000 else 'NOT met'}"
+        )
+        if "two-topic" in results:
+            ratio = fig.rate / results["two-topic"].rate
+            print(
+                f"target >= 2x two-topic throughput: {ratio:.2f}x "
+                f"{'met' if ratio >= 2 else 'NOT met'}"
+            )
+
+
+if __name__ == "__main__":
+    main()
