@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import subprocess
 import sys
@@ -278,10 +279,11 @@ def test_leader_election_with_three_contender_processes(
         )
         for name in names
     }
+    announcements = watch_stdout(procs)
     leaders: list[str] = []
     try:
         for _ in names:
-            leader = wait_for_leader(procs, exclude=leaders)
+            leader = wait_for_leader(announcements, exclude=leaders)
             leaders.append(leader)
             time.sleep(0.5)  # the leader writes for a while
             procs[leader].send_signal(signal.SIGKILL)  # crash, no goodbye
@@ -301,20 +303,27 @@ def test_leader_election_with_three_contender_processes(
     assert epoch_of(broker, topic) == 3
 
 
-def wait_for_leader(procs: dict[str, subprocess.Popen[str]], exclude: list[str]) -> str:
-    import selectors
+def watch_stdout(procs: dict[str, subprocess.Popen[str]]) -> queue.Queue[tuple[str, str]]:
+    """Lines the contenders print, as (name, line), read by one thread per process."""
+    lines: queue.Queue[tuple[str, str]] = queue.Queue()
 
-    selector = selectors.DefaultSelector()
+    def pump(name: str, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put((name, line))
+
     for name, proc in procs.items():
-        if name not in exclude and proc.stdout is not None:
-            selector.register(proc.stdout, selectors.EVENT_READ, name)
+        threading.Thread(target=pump, args=(name, proc), daemon=True).start()
+    return lines
+
+
+def wait_for_leader(lines: queue.Queue[tuple[str, str]], exclude: list[str]) -> str:
     deadline = time.monotonic() + 15
-    try:
-        while time.monotonic() < deadline:
-            for key, _ in selector.select(timeout=0.5):
-                line = key.fileobj.readline()  # type: ignore[union-attr]
-                if line.startswith("LEADER"):
-                    return str(key.data)
-        raise AssertionError("no contender became leader")
-    finally:
-        selector.close()
+    while time.monotonic() < deadline:
+        try:
+            name, line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if line.startswith("LEADER") and name not in exclude:
+            return name
+    raise AssertionError("no contender became leader")
