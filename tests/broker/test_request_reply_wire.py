@@ -96,6 +96,13 @@ def test_second_reply_and_reply_to_gone_producer_are_dropped_and_counted(
     assert requester.nothing_of(BaseCommand.REQUEST_RECEIPT)
     assert dropped(broker, "duplicate") == duplicates_before + 1
     gone_before = dropped(broker, "producer_gone")
+    requester.send(
+        BaseCommand(
+            type=BaseCommand.CLOSE_PRODUCER,
+            close_producer=pb.CommandCloseProducer(producer_id=1, request_id=77),
+        )
+    )
+    requester.expect(BaseCommand.SUCCESS)
     requester.close()
     assert broker.service is not None
     deadline = time.monotonic() + 5
@@ -140,3 +147,50 @@ def test_oversized_reply_is_refused_and_the_request_stays_unacked(tmp_path) -> N
         assert again.expect(BaseCommand.MESSAGE).command.message.message_id.entryId == (
             message.message_id.entryId
         )
+
+
+def test_reply_waits_for_a_requester_that_reconnects(broker: EmbeddedBroker, topic: str) -> None:
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic, producer_id=3, name="comes-back")
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")
+    request_id = requester.publish(3, name, 0, b"q")
+    message = responder.expect(BaseCommand.MESSAGE).command.message
+    requester.close()  # the connection drops; the producer did not close itself
+    assert broker.service is not None
+    deadline = time.monotonic() + 5
+    while broker.service.topics[topic].producers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    responder.send(*ack_with_reply(message.message_id, name, b"kept for you"))
+    time.sleep(0.2)
+    back = RawPeer(broker.port)
+    back.producer(topic, producer_id=9, name="comes-back")
+    frame = back.expect(BaseCommand.REQUEST_RECEIPT)
+    assert frame.command.requestReceipt.reply_to_producer_id == 9
+    assert frame.command.requestReceipt.request_message_id.entryId == request_id.entryId
+    assert frame.body == b"kept for you"
+
+
+def test_held_reply_expires_and_is_counted(broker: EmbeddedBroker, topic: str) -> None:
+    assert broker.service is not None
+    router = broker.service.replies
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic, name="never-back")
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")
+    requester.publish(1, name, 0, b"q")
+    message = responder.expect(BaseCommand.MESSAGE).command.message
+    requester.close()
+    deadline = time.monotonic() + 5
+    while broker.service.topics[topic].producers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    before = dropped(broker, "producer_gone")
+    saved, router.hold_seconds = router.hold_seconds, 0.1
+    try:
+        responder.send(*ack_with_reply(message.message_id, name, b"nobody"))
+        deadline = time.monotonic() + 5
+        while dropped(broker, "producer_gone") == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert dropped(broker, "producer_gone") == before + 1
+    finally:
+        router.hold_seconds = saved

@@ -20,7 +20,6 @@ import pytest
 
 from magnetar.client import Client, Consumer, Producer, RequestTimeout
 from magnetar.client.errors import AlreadyClosed
-from magnetar.client.errors import TimeoutError as OperationTimeout
 from magnetar.client.request_reply import REQUEST_TIMEOUT_PROPERTY, PendingRequests, Request
 from magnetar.client.sync import Client as SyncClient
 from magnetar.protocol.message_id import MessageId
@@ -181,13 +180,6 @@ def test_sync_requests_error_replies_and_timeout(broker: EmbeddedBroker) -> None
         assert 0.25 <= time.monotonic() - started < 2.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OperationTimeout,
-    reason="sync.py _LoopThread.run catches concurrent.futures.TimeoutError, which on "
-    "Python 3.11+ is the builtin TimeoutError, so the operation's own RequestTimeout "
-    "becomes magnetar TimeoutError('operation did not complete within Nones')",
-)
 def test_sync_request_timeout_is_a_request_timeout(broker: EmbeddedBroker) -> None:
     with SyncClient(broker.service_url, operation_timeout=WAIT) as client:
         producer = client.create_producer(_topic("rr-sync-timeout"))
@@ -478,12 +470,6 @@ async def test_requests_across_a_broker_restart(tmp_path: Path) -> None:
                 assert (await asyncio.wait_for(outage, WAIT)).value == b"7"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RequestTimeout,
-    reason="a reply that reaches the broker while its requester is reconnecting is dropped "
-    "(producer_gone) and its ack applied: the answered request is lost and times out",
-)
 async def test_reply_while_the_requester_reconnects_is_not_lost(tmp_path: Path) -> None:
     topic = _topic("rr-race")
     with EmbeddedBroker(data_dir=tmp_path / "data") as broker:

@@ -64,3 +64,22 @@ def test_message_id_encoder_matches_the_function() -> None:
         encode = MessageIdEncoder(ledger, partition)
         for entry in (0, 1, 70000, 2**40):
             assert encode(entry) == message_id_bytes(ledger, entry, partition)
+
+
+def test_request_receipt_matches_generated_code() -> None:
+    from magnetar.protocol.fastpath import encode_request_receipt
+
+    for is_error in (False, True):
+        fast = encode_request_receipt(5, message_id_bytes(1795307393, 42, 2, 3), is_error, b"body")
+        receipt = pb.CommandRequestReceipt(
+            reply_to_producer_id=5,
+            request_message_id=pb.MessageIdData(
+                ledgerId=1795307393, entryId=42, partition=2, batch_index=3
+            ),
+        )
+        if is_error:
+            receipt.is_error = True
+        slow = encode_command_with_body(
+            BaseCommand(type=BaseCommand.REQUEST_RECEIPT, requestReceipt=receipt), b"body"
+        )
+        assert fast == slow

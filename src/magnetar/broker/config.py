@@ -31,6 +31,8 @@ class BrokerConfig:
     cursor_flush_interval: float = 1.0
     retention_check_interval: float = 10.0
     max_unacked_per_consumer: int = 50000
+    rpc_reply_hold_seconds: float = 10.0  # PIP-371 replies wait this long for a requester
+    rpc_max_held_replies: int = 10000  # ... and at most this many wait at once
     log_level: str = "INFO"
     log_format: str = "json"  # "json" or "text"
 

@@ -411,6 +411,8 @@ class ServerCnx(asyncio.Protocol):
             "" if ready else " (waiting for exclusive access)",
         )
         self._write_producer_success(producer, request.request_id)
+        if ready:
+            self.service.replies.producer_attached(topic, producer)
 
     def _write_producer_success(self, producer: Producer, request_id: int) -> None:
         success = pb.CommandProducerSuccess(
@@ -429,6 +431,9 @@ class ServerCnx(asyncio.Protocol):
         """A WaitForExclusive producer reached the front of the line."""
         if self.producers.get(producer.producer_id) is producer:
             self._write_producer_success(producer, producer.request_id)
+            topic = self.service.topics.get(producer.topic_name)
+            if topic is not None:
+                self.service.replies.producer_attached(topic, producer)
 
     def producer_fenced(self, producer: Producer) -> None:
         """Another producer took the topic with ExclusiveWithFencing."""
@@ -538,14 +543,14 @@ class ServerCnx(asyncio.Protocol):
         request = command.close_producer
         producer = self.producers.pop(request.producer_id, None)
         if producer is not None:
-            self._detach_producer(producer)
+            self._detach_producer(producer, explicit=True)
         self.write_success(request.request_id)
 
-    def _detach_producer(self, producer: Producer) -> None:
+    def _detach_producer(self, producer: Producer, explicit: bool = False) -> None:
         topic = self.service.topics.get(producer.topic_name)
         if topic is not None:
             topic.access.release(producer)
-            self.service.on_producer_closed(topic, producer)
+            self.service.on_producer_closed(topic, producer, explicit)
 
     # ------------------------------------------------------------ consumers
 

@@ -64,12 +64,20 @@ class BrokerMetrics:
             "PIP-371 replies forwarded to the requesting producer",
             registry=self.registry,
         )
+        self.replies_held = Counter(
+            "magnetar_rpc_replies_held",
+            "PIP-371 replies held for a requester that was not attached",
+            registry=self.registry,
+        )
         self.replies_dropped = Counter(
             "magnetar_rpc_replies_dropped",
             "PIP-371 replies dropped",
             ["reason"],
             registry=self.registry,
         )
+
+    def reply_held(self) -> None:
+        self.replies_held.inc()
 
     def reply_forwarded(self) -> None:
         self.replies_forwarded.inc()

@@ -121,6 +121,7 @@ class BrokerService:
     async def _cursor_flusher(self) -> None:
         while True:
             await asyncio.sleep(self.config.cursor_flush_interval)
+            self.replies.expire()
             for topic in list(self.topics.values()):
                 try:
                     topic.ledger.flush_cursors()
@@ -286,5 +287,5 @@ class BrokerService:
 
     # ------------------------------------------------------------ hooks
 
-    def on_producer_closed(self, topic: Topic, producer: Producer) -> None:
-        self.replies.producer_closed(topic, producer)
+    def on_producer_closed(self, topic: Topic, producer: Producer, explicit: bool) -> None:
+        self.replies.producer_closed(topic, producer, explicit)

@@ -69,6 +69,10 @@ class _LoopThread:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
+            if future.done():
+                # The operation's own timeout (RequestTimeout, receive timeout, ...);
+                # concurrent.futures.TimeoutError is the builtin one on 3.11+.
+                raise
             future.cancel()
             raise TimeoutError(f"operation did not complete within {timeout}s") from None
         except BaseException:

@@ -15,6 +15,8 @@ _TYPE_MESSAGE = b"\x08\x09"
 _TYPE_SEND_RECEIPT = b"\x08\x07"
 _FIELD_MESSAGE = 0x4A  # BaseCommand.message = 9, length-delimited
 _FIELD_SEND_RECEIPT = 0x3A  # BaseCommand.send_receipt = 7, length-delimited
+_TYPE_REQUEST_RECEIPT = b"\x08\x45"  # REQUEST_RECEIPT = 69
+_FIELD_REQUEST_RECEIPT = b"\xaa\x04"  # BaseCommand.requestReceipt = 69, length-delimited
 
 
 def _slow_varint(value: int) -> bytes:
@@ -78,6 +80,20 @@ def encode_message_frame(
         inner += b"\x28" + varint(consumer_epoch)
     cmd = _TYPE_MESSAGE + bytes((_FIELD_MESSAGE,)) + varint(len(inner)) + inner
     return _TWO_U32.pack(len(cmd) + 4 + len(entry), len(cmd)) + cmd + entry
+
+
+def encode_request_receipt(
+    producer_id: int, request_id: bytes, is_error: bool, body: bytes
+) -> bytes:
+    """PIP-371 REQUEST_RECEIPT (BaseCommand field 69) followed by the reply body.
+
+    ``request_id`` is the output of :func:`message_id_bytes`.
+    """
+    inner = b"\x08" + varint(producer_id) + b"\x12" + varint(len(request_id)) + request_id
+    if is_error:
+        inner += b"\x18\x01"
+    cmd = _TYPE_REQUEST_RECEIPT + _FIELD_REQUEST_RECEIPT + varint(len(inner)) + inner
+    return _TWO_U32.pack(len(cmd) + 4 + len(body), len(cmd)) + cmd + body
 
 
 def encode_send_receipt(
