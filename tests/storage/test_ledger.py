@@ -511,3 +511,46 @@ async def test_delete_after_close(make_ledger: LedgerFactory, tmp_path: Path) ->
     assert not (tmp_path / "ledger").exists()
     fresh = make_ledger()
     assert fresh.next_entry_id == 0
+
+
+async def test_small_groups_sync_on_the_loop_thread_and_large_ones_on_the_worker(
+        make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[str] = []
+    real = fsutil.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        threads.append(threading.current_thread().name)
+        real(fd)
+
+    monkeypatch.setattr(ledger_module, "fdatasync", recording_fdatasync)
+    ledger = make_ledger(inline_sync_max_entries=4)
+    fired: list[int] = []
+    ledger.append(b"alone", fired.append)
+    await ledger.flush()
+    assert fired == [0]
+    assert ledger.stats.inline_syncs == 1
+    assert threads == [threading.current_thread().name]
+    for entry_id in range(1, 11):  # one group of ten: too big to block the loop for
+        ledger.append(payload(entry_id), fired.append)
+    await ledger.flush()
+    assert fired == list(range(11))
+    assert ledger.stats.inline_syncs == 1
+    assert ledger.stats.syncs == 2
+    assert threads[1] != threading.current_thread().name
+
+
+async def test_inline_sync_failure_fails_the_ledger(
+        make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(ledger_module, "fdatasync", broken)
+    ledger = make_ledger(inline_sync_max_entries=4)
+    failures: list[BaseException] = []
+    ledger.on_failure = failures.append
+    fired: list[int] = []
+    ledger.append(b"doomed", fired.append)
+    with pytest.raises(LedgerFailed):
+        await ledger.flush()
+    assert fired == []
+    assert ledger.failed and failures

@@ -22,6 +22,7 @@ class BrokerConfig:
     data_dir: Path = field(default_factory=lambda: Path("./data"))
     sync_policy: str = "always"  # "always" (fsync + group commit) or "interval"
     sync_interval: float = 0.05
+    inline_sync_max_entries: int = 4  # "always": fsync small groups on the loop thread
     segment_max_bytes: int = 64 * 1024 * 1024
     cache_max_bytes: int = 128 * 1024 * 1024
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE

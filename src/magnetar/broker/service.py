@@ -48,6 +48,7 @@ class BrokerService:
             cache_max_bytes=config.cache_max_bytes,
             sync_policy=config.sync_policy,
             sync_interval=config.sync_interval,
+            inline_sync_max_entries=config.inline_sync_max_entries,
         )
         self.store = Store(config.data_dir, ledger_config)
         scratch = config.data_dir / NON_PERSISTENT_DIR

@@ -65,6 +65,11 @@ class LedgerConfig:
     # "interval": on_durable right after write(), fdatasync every sync_interval seconds.
     sync_policy: str = "always"
     sync_interval: float = 0.05
+    # "always" only: a group of at most this many entries, with no sync running, is
+    # fdatasynced on the loop thread itself. A quiet ledger saves the two thread
+    # hand-offs (about a fifth of a request's latency); a busy one, whose groups are
+    # larger, keeps the loop free while the worker thread syncs. 0 disables.
+    inline_sync_max_entries: int = 4
 
     def __post_init__(self) -> None:
         if self.sync_policy not in SYNC_POLICIES:
@@ -86,6 +91,7 @@ class LedgerStats:
     writes: int = 0  # writev calls on segment files
     bytes_written: int = 0
     syncs: int = 0  # fdatasync calls, including the one that seals a segment on roll
+    inline_syncs: int = 0  # of which made on the loop thread (small groups)
     rolls: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
@@ -366,11 +372,24 @@ class ManagedLedger:
             job.add_done_callback(functools.partial(self._on_roll_done, written, path))
         elif written > self._synced_id and (self._always or self._interval_due or self._waiters):
             self._interval_due = False
+            if self._always and written - self._synced_id <= self.config.inline_sync_max_entries:
+                self._sync_inline(written)
+                return
             job = self._loop.run_in_executor(self._executor, self._sync_io, self._active.fd)
             job.add_done_callback(functools.partial(self._on_sync_done, written))
         else:
             return
         self._job = job
+
+    def _sync_inline(self, target: int) -> None:
+        try:
+            fdatasync(self._active.fd)
+        except OSError as exc:
+            self._fail(exc)
+            return
+        self.stats.syncs += 1
+        self.stats.inline_syncs += 1
+        self._synced(target)
 
     def _sync_io(self, fd: int) -> None:
         """Worker thread: make everything written to the active segment durable."""
