@@ -14,7 +14,10 @@ from magnetar.protocol.frames import FrameDecoder, encode_command_with_body
 from magnetar.protocol.pb import BaseCommand, pb
 
 
-@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**32, 2**63 - 1, 2**64 - 1])
+@pytest.mark.parametrize(
+    "value",
+    [0, 1, 127, 128, 300, 65535, 65536, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**32, 2**64 - 1],
+)
 def test_varint_matches_protobuf(value: int) -> None:
     msg = pb.CommandFlow(consumer_id=value, messagePermits=0)
     assert msg.SerializeToString()[1:].startswith(varint(value))
@@ -64,6 +67,7 @@ def test_message_id_encoder_matches_the_function() -> None:
         encode = MessageIdEncoder(ledger, partition)
         for entry in (0, 1, 70000, 2**40):
             assert encode(entry) == message_id_bytes(ledger, entry, partition)
+            assert encode(entry, 7) == message_id_bytes(ledger, entry, partition, 7)
 
 
 def test_request_receipt_matches_generated_code() -> None:

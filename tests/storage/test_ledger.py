@@ -554,3 +554,27 @@ async def test_inline_sync_failure_fails_the_ledger(
         await ledger.flush()
     assert fired == []
     assert ledger.failed and failures
+
+
+async def test_written_entries_are_readable_before_they_are_durable(
+        make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    real = fsutil.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        release.wait(5)
+        real(fd)
+
+    monkeypatch.setattr(ledger_module, "fdatasync", slow_fdatasync)
+    ledger = make_ledger()
+    written: list[int] = []
+    ledger.on_written = written.append
+    entry_id = ledger.append(b"early", None)
+    assert ledger.last_written_entry_id == -1  # queued: the write happens this round
+    await asyncio.sleep(0)
+    assert written == [entry_id] and ledger.last_written_entry_id == entry_id
+    assert ledger.read(entry_id) == b"early"
+    assert ledger.last_confirmed_entry_id == -1  # not durable yet
+    release.set()
+    await ledger.flush()
+    assert ledger.last_confirmed_entry_id == entry_id

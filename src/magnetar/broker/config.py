@@ -23,6 +23,9 @@ class BrokerConfig:
     sync_policy: str = "always"  # "always" (fsync + group commit) or "interval"
     sync_interval: float = 0.05
     inline_sync_max_entries: int = 4  # "always": fsync small groups on the loop thread
+    # Consumers get an entry once it is written to the OS (it survives a broker crash)
+    # rather than after its fsync; send receipts still wait for the sync policy.
+    dispatch_before_sync: bool = True
     segment_max_bytes: int = 64 * 1024 * 1024
     cache_max_bytes: int = 128 * 1024 * 1024
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE

@@ -193,6 +193,11 @@ class ServerCnx(asyncio.Protocol):
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
+    def flush_now(self) -> None:
+        """Write what is queued now instead of at the end of this loop round."""
+        if self._out:
+            self._flush()
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         out = self._out
@@ -756,7 +761,7 @@ class ServerCnx(asyncio.Protocol):
             if mid.is_earliest:
                 target = topic.ledger.first_entry_id
             elif mid.is_latest:
-                target = topic.ledger.last_confirmed_entry_id + 1
+                target = topic.last_visible_entry_id + 1
             else:
                 target = topic.entry_id_of(mid.ledger_id, mid.entry_id)
         elif request.HasField("message_publish_time"):

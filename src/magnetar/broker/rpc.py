@@ -75,9 +75,12 @@ class ReplyRouter:
         self._replied[key] = None
         if len(self._replied) > _REPLIED_MEMORY:
             self._replied.popitem(last=False)
-        request_id = message_id_bytes(
-            mid.ledgerId, mid.entryId, topic.partition_index, mid.batch_index
-        )
+        if mid.ledgerId == topic.ledger_id:
+            request_id = topic.message_id_bytes(mid.entryId, mid.batch_index)
+        else:
+            request_id = message_id_bytes(
+                mid.ledgerId, mid.entryId, topic.partition_index, mid.batch_index
+            )
         producer = topic.producers.get(requester)
         if producer is None or not producer.cnx.alive:
             if (topic.name, requester) in self._closed:

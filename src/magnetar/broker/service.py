@@ -186,6 +186,7 @@ class BrokerService:
             self.loop,
             self.clock_ms,
             self.config.max_unacked_per_consumer,
+            self.config.dispatch_before_sync,
         )
         self.topics[full] = topic
         return topic

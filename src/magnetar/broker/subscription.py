@@ -261,7 +261,7 @@ class Subscription:
         self.schedule_dispatch()
 
     def backlog(self) -> int:
-        last = self.topic.ledger.last_confirmed_entry_id
+        last = self.topic.last_visible_entry_id
         start = max(self.cursor.mark_delete + 1, self.topic.ledger.first_entry_id)
         if last < start:
             return 0
@@ -272,6 +272,14 @@ class Subscription:
         return max(count, 0)
 
     # ------------------------------------------------------------ dispatch
+
+    def dispatch_now(self) -> None:
+        """Dispatch in this call and write the frames out at once (no loop round)."""
+        if not self.consumers or self.topic.closed:
+            return
+        self._dispatch()
+        for consumer in self.consumers:
+            consumer.cnx.flush_now()
 
     def schedule_dispatch(self) -> None:
         if not self._dispatch_scheduled and self.consumers and not self.topic.closed:
@@ -338,7 +346,7 @@ class Subscription:
                 self._arm_delay_timer()
                 return False
 
-        last = ledger.last_confirmed_entry_id
+        last = topic.last_visible_entry_id
         position = max(self.read_position, ledger.first_entry_id)
         while position <= last:
             if position in pending or cursor.is_acked(position):

@@ -47,6 +47,7 @@ class Topic:
         loop: asyncio.AbstractEventLoop,
         clock_ms: Callable[[], int],
         max_unacked: int,
+        dispatch_before_sync: bool = True,
     ) -> None:
         self.topic_name = name
         self.name = str(name)
@@ -72,8 +73,22 @@ class Topic:
         self.closed = False
         self.failure: str | None = None
         ledger.on_failure = self._storage_failed
+        self.dispatch_before_sync = dispatch_before_sync
+        if dispatch_before_sync:
+            ledger.on_written = self._written
         for cursor_name in ledger.persisted_cursor_names():
             cursor = ledger.open_cursor(cursor_name, ledger.first_entry_id - 1)
+            if cursor.mark_delete >= ledger.next_entry_id:
+                # Acked past the end: entries seen before their fsync were lost with
+                # the machine. Their ids will be reused, so they must not count as acked.
+                log.warning(
+                    "subscription %s on %s acked up to %d, past the end %d of the log",
+                    cursor_name,
+                    self.name,
+                    cursor.mark_delete,
+                    ledger.next_entry_id - 1,
+                )
+                cursor.reset(ledger.next_entry_id - 1)
             self.subscriptions[cursor_name] = Subscription(
                 self,
                 cursor_name,
@@ -84,11 +99,27 @@ class Topic:
                 clock_ms,
             )
 
+    # ------------------------------------------------------------ visibility
+
+    @property
+    def last_visible_entry_id(self) -> int:
+        """The last entry consumers may be given (written, or durable; see config)."""
+        ledger = self.ledger
+        if self.dispatch_before_sync:
+            return ledger.last_written_entry_id
+        return ledger.last_confirmed_entry_id
+
+    def _written(self, entry_id: int) -> None:
+        # Dispatch at once and put the frames on the wire before the ledger's fsync,
+        # so that consumers work while the disk syncs.
+        for subscription in self.subscriptions.values():
+            subscription.dispatch_now()
+
     # ------------------------------------------------------------ ids
 
-    def message_id_bytes(self, entry_id: int) -> bytes:
+    def message_id_bytes(self, entry_id: int, batch_index: int = -1) -> bytes:
         """Encoded id for MESSAGE frames; consumers read the partition from it."""
-        return self._mid_with_partition(entry_id)
+        return self._mid_with_partition(entry_id, batch_index)
 
     def message_id(self, entry_id: int, batch_index: int = -1) -> MessageId:
         return MessageId(self.ledger_id, entry_id, batch_index, self.partition_index)
@@ -129,6 +160,7 @@ class Topic:
         producer_id = producer.producer_id
         receipt_id = self._mid_for_receipts
         subscriptions = self.subscriptions
+        dispatch_now = self.dispatch_before_sync
 
         def on_durable(entry_id: int) -> None:
             cnx.write(
@@ -139,8 +171,9 @@ class Topic:
                     highest_sequence_id,
                 )
             )
-            for subscription in subscriptions.values():
-                subscription.schedule_dispatch()
+            if not dispatch_now:
+                for subscription in subscriptions.values():
+                    subscription.schedule_dispatch()
 
         entry_id = self.ledger.append(entry, on_durable)
         self._remember(entry_id, info)
@@ -171,7 +204,7 @@ class Topic:
         elif initial_position == pb.CommandSubscribe.Earliest:
             mark_delete = ledger.first_entry_id - 1
         else:
-            mark_delete = ledger.last_confirmed_entry_id
+            mark_delete = self.last_visible_entry_id
         cursor: Cursor
         if durable:
             cursor = ledger.open_cursor(name, mark_delete)
@@ -188,11 +221,11 @@ class Topic:
         if mid.is_earliest or mid.ledger_id < 0:
             return ledger.first_entry_id - 1
         if mid.is_latest:
-            return ledger.last_confirmed_entry_id
+            return self.last_visible_entry_id
         # Start at the entry itself, as Pulsar does: clients drop what lies before
         # their start id (the entry for an exclusive start, earlier batch indexes).
         entry_id = self.entry_id_of(mid.ledger_id, mid.entry_id) - 1
-        return max(min(entry_id, ledger.last_confirmed_entry_id), ledger.first_entry_id - 1)
+        return max(min(entry_id, self.last_visible_entry_id), ledger.first_entry_id - 1)
 
     def remove_subscription(self, name: str) -> None:
         sub = self.subscriptions.pop(name, None)
@@ -210,7 +243,7 @@ class Topic:
     # ------------------------------------------------------------ queries
 
     def last_message_id(self) -> MessageId:
-        last = self.ledger.last_confirmed_entry_id
+        last = self.last_visible_entry_id
         if last < self.ledger.first_entry_id:
             return MessageId(self.ledger_id if last >= 0 else -1, last, -1, self.partition_index)
         info = self.entry_info(last)
@@ -220,7 +253,7 @@ class Topic:
     def find_by_publish_time(self, publish_time_ms: int) -> int:
         """First entry whose publish time is >= the given time (binary search)."""
         lo = self.ledger.first_entry_id
-        hi = self.ledger.last_confirmed_entry_id + 1
+        hi = self.last_visible_entry_id + 1
         while lo < hi:
             mid = (lo + hi) // 2
             if self.entry_info(mid).publish_time < publish_time_ms:

@@ -37,6 +37,17 @@ _SMALL = [_slow_varint(i) for i in range(1 << 16)]
 def varint(value: int) -> bytes:
     if 0 <= value < 65536:
         return _SMALL[value]
+    if 0 < value < 1 << 28:  # entry ids of a long-lived topic
+        if value < 1 << 21:
+            return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
+        return bytes(
+            (
+                (value & 0x7F) | 0x80,
+                ((value >> 7) & 0x7F) | 0x80,
+                ((value >> 14) & 0x7F) | 0x80,
+                value >> 21,
+            )
+        )
     return _slow_varint(value)
 
 
@@ -58,7 +69,9 @@ class MessageIdEncoder:
         self._prefix = b"\x08" + varint(ledger_id) + b"\x10"
         self._suffix = b"\x18" + varint(partition) if partition >= 0 else b""
 
-    def __call__(self, entry_id: int) -> bytes:
+    def __call__(self, entry_id: int, batch_index: int = -1) -> bytes:
+        if batch_index >= 0:
+            return self._prefix + varint(entry_id) + self._suffix + b"\x20" + varint(batch_index)
         return self._prefix + varint(entry_id) + self._suffix
 
 

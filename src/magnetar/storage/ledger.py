@@ -150,6 +150,9 @@ class ManagedLedger:
         # Called once, on the loop, if a write or fdatasync fails (entries above
         # last_confirmed_entry_id will then never be confirmed).
         self.on_failure: Callable[[BaseException], None] | None = None
+        # Called on the loop with the highest id just handed to the OS (before any
+        # fdatasync): such entries survive a crash of this process, not of the machine.
+        self.on_written: Callable[[int], None] | None = None
         self.error: BaseException | None = None
 
         self._ledger_dir = directory / "ledger"
@@ -202,6 +205,11 @@ class ManagedLedger:
     def last_confirmed_entry_id(self) -> int:
         """Highest entry id that is durable (per the sync policy) and readable; -1 if none."""
         return self._confirmed_id
+
+    @property
+    def last_written_entry_id(self) -> int:
+        """Highest entry handed to the OS; -1 if none. Never below last_confirmed."""
+        return self._write_next - 1
 
     @property
     def closed(self) -> bool:
@@ -318,6 +326,11 @@ class ManagedLedger:
                 del pending[:count]
         if self._pending:
             self._roll_needed = True
+        if count and self.on_written is not None:
+            try:
+                self.on_written(self._write_next - 1)
+            except Exception:
+                logger.exception("%s: on_written callback failed", self.directory)
         if not self._always and count:
             self._confirm(self._write_next - 1)
             if self._state is _State.OPEN or self._state is _State.CLOSING:
@@ -505,12 +518,15 @@ class ManagedLedger:
     def read(self, entry_id: int) -> bytes:
         """One entry, from the cache or the disk.
 
-        Raises EntryNotFound if it was trimmed or is beyond last_confirmed_entry_id.
-        Records written by this process are not CRC-checked on read: every record was
-        checked when the ledger was opened or was written by this process.
+        Entries are readable once written to the OS (``last_written_entry_id``),
+        which may be before they are durable (``last_confirmed_entry_id``); callers
+        that must only see durable entries stop at the latter. Raises EntryNotFound
+        if the entry was trimmed or is not written yet. Records written by this
+        process are not CRC-checked on read: every record was checked when the
+        ledger was opened or was written by this process.
         """
         self._check_readable()
-        if entry_id > self._confirmed_id or entry_id < self.first_entry_id:
+        if entry_id >= self._write_next or entry_id < self.first_entry_id:
             raise EntryNotFound(entry_id)
         data = self._cache.get(entry_id)
         if data is not None:
