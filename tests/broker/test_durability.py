@@ -92,3 +92,51 @@ def test_sigkill_during_publish_keeps_every_acknowledged_message(
         assert first == 50
     finally:
         broker.close()
+
+
+def test_subscription_acked_past_a_lost_tail_is_reset(
+    tmp_path: Path, client_factory: Callable[..., pulsar.Client]
+) -> None:
+    """Consumers may see an entry before its fsync; if the machine then loses the
+    unsynced tail, the subscription must not treat the reused ids as acknowledged."""
+    with EmbeddedBroker(data_dir=tmp_path, cursor_flush_interval=0.05) as broker:
+        client = client_factory(broker.service_url)
+        consumer = client.subscribe("tail", "sub")
+        producer = client.create_producer("tail")
+        for i in range(5):
+            producer.send(f"old-{i}".encode())
+        for _ in range(5):
+            consumer.acknowledge(consumer.receive(5000))
+        time.sleep(0.5)
+        client.close()
+    segment = next((tmp_path / "persistent" / "public" / "default" / "tail").rglob("*.seg"))
+    data = segment.read_bytes()
+    offset = 0
+    for _ in range(2):  # keep two records: [len u32][crc u32][data]
+        offset += 8 + int.from_bytes(data[offset : offset + 4], "big")
+    segment.write_bytes(data[:offset])  # as if the machine lost the last three
+
+    with EmbeddedBroker(data_dir=tmp_path) as broker:
+        client = client_factory(broker.service_url)
+        consumer = client.subscribe("tail", "sub")
+        topic = broker.service.topics["persistent://public/default/tail"]  # type: ignore[union-attr]
+        assert topic.ledger.next_entry_id == 2
+        assert topic.subscriptions["sub"].cursor.mark_delete == 1  # not 4
+        client.create_producer("tail").send(b"new")
+        assert consumer.receive(5000).data() == b"new"
+
+
+def test_consumers_only_see_durable_entries_when_configured(
+    tmp_path: Path, client_factory: Callable[..., pulsar.Client]
+) -> None:
+    with EmbeddedBroker(data_dir=tmp_path, dispatch_before_sync=False) as broker:
+        client = client_factory(broker.service_url)
+        consumer = client.subscribe("synced-only", "sub")
+        producer = client.create_producer("synced-only")
+        for i in range(20):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+        got = [consumer.receive(5000).data() for _ in range(20)]
+        assert got == [f"m{i}".encode() for i in range(20)]
+        topic = broker.service.topics["persistent://public/default/synced-only"]  # type: ignore[union-attr]
+        assert topic.last_visible_entry_id == topic.ledger.last_confirmed_entry_id
