@@ -39,6 +39,7 @@ class BrokerService:
         self.metrics = BrokerMetrics(self)
         self.replies = ReplyRouter(self)
         self._producer_seq = itertools.count()
+        self._started_ms = self.clock_ms() % (1 << 40)
         self._server: asyncio.AbstractServer | None = None
         self._timers: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -149,7 +150,9 @@ class BrokerService:
         self.connections.discard(cnx)
 
     def generate_producer_name(self) -> str:
-        return f"standalone-{self.config.port}-{next(self._producer_seq)}"
+        # The start time keeps names unique across restarts: producers that reconnect
+        # after one keep the names they were given before it.
+        return f"standalone-{self.config.port}-{self._started_ms:x}-{next(self._producer_seq)}"
 
     # ------------------------------------------------------------ topics
 
