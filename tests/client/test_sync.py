@@ -88,3 +88,25 @@ def test_sync_reader_and_iteration(broker: EmbeddedBroker, topic: str) -> None:
                 break
         assert seen == [b"r0", b"r1", b"r2"]
         assert client.get_topic_partitions(topic) == [topic]
+
+
+def test_sync_request_handler_sees_the_request(broker: EmbeddedBroker, topic: str) -> None:
+    with Client(broker.service_url) as client:
+        consumer = client.subscribe(topic, "workers", subscription_type="shared")
+        producer = client.create_producer(topic, producer_name="asker")
+        answered: list[tuple[str, str | None, int | None]] = []
+
+        def serve() -> None:
+            for request in consumer.requests():
+                answered.append((request.requester, request.key, request.deadline_ms))
+                assert isinstance(request.message_id, MessageId)
+                request.reply(request.value.upper())
+                return
+
+        worker = threading.Thread(target=serve)
+        worker.start()
+        reply = producer.request(b"hi", timeout=5.0, key="k1")
+        worker.join(5)
+        assert reply.value == b"HI"
+        assert answered and answered[0][:2] == ("asker", "k1")
+        assert answered[0][2] is not None

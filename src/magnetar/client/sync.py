@@ -276,12 +276,28 @@ class Request:
         return self._request.properties
 
     @property
+    def key(self) -> str | None:
+        return self._request.key
+
+    @property
+    def message_id(self) -> MessageId:
+        return self._request.message_id
+
+    @property
+    def requester(self) -> str:
+        return self._request.requester
+
+    @property
     def is_request(self) -> bool:
         return self._request.is_request
 
     @property
     def timeout_ms(self) -> int | None:
         return self._request.timeout_ms
+
+    @property
+    def deadline_ms(self) -> int | None:
+        return self._request.deadline_ms
 
     def is_expired(self) -> bool:
         return self._request.is_expired()
@@ -291,6 +307,12 @@ class Request:
 
     def acknowledge(self) -> None:
         self._runner.run(self._request.acknowledge())
+
+    def negative_acknowledge(self) -> None:
+        self._runner.call(self._request.negative_acknowledge)
+
+    def __repr__(self) -> str:
+        return repr(self._request)
 
 
 class Reader:
