@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -259,19 +258,6 @@ class BrokerService:
                 continue
             out.append(full)
         return sorted(out)
-
-    def matching_topics(self, namespace: str, pattern: str) -> list[str]:
-        regex = re.compile(pattern)
-        return [t for t in self.topics_of_namespace(namespace, 2) if regex.match(t)]
-
-    def terminate_topic(self, topic: str) -> str:
-        """No more messages may be published; consumers learn when they reach the end."""
-        loaded = self.get_topic(TopicName.parse(topic), create=False)
-        last = loaded.terminate()
-        for producer in list(loaded.producers.values()):
-            producer.cnx.close_producer_by_broker(producer)
-        log.info("terminated topic %s at %s", loaded.name, last)
-        return str(last)
 
     async def delete_topic(self, topic: str, *, force: bool = False) -> None:
         name = TopicName.parse(topic)

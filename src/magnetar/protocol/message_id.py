@@ -64,9 +64,6 @@ class MessageId:
     def is_latest(self) -> bool:
         return self.ledger_id == _I64_MAX and self.entry_id == _I64_MAX
 
-    def entry_position(self) -> tuple[int, int]:
-        return (self.ledger_id, self.entry_id)
-
     def __str__(self) -> str:
         return f"({self.ledger_id},{self.entry_id},{self.partition},{self.batch_index})"
 
