@@ -259,6 +259,15 @@ class BrokerService:
             out.append(full)
         return sorted(out)
 
+    def terminate_topic(self, topic: str) -> str:
+        """No more messages may be published; consumers learn when they reach the end."""
+        loaded = self.get_topic(TopicName.parse(topic), create=False)
+        last = loaded.terminate()
+        for producer in list(loaded.producers.values()):
+            producer.cnx.close_producer_by_broker(producer)
+        log.info("terminated topic %s at %s", loaded.name, last)
+        return str(last)
+
     async def delete_topic(self, topic: str, *, force: bool = False) -> None:
         name = TopicName.parse(topic)
         full = str(name)
