@@ -578,3 +578,21 @@ async def test_written_entries_are_readable_before_they_are_durable(
     release.set()
     await ledger.flush()
     assert ledger.last_confirmed_entry_id == entry_id
+
+
+async def test_a_small_group_that_readers_just_got_syncs_on_the_worker(
+        make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[str] = []
+    real = fsutil.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        threads.append(threading.current_thread().name)
+        real(fd)
+
+    monkeypatch.setattr(ledger_module, "fdatasync", recording_fdatasync)
+    ledger = make_ledger(inline_sync_max_entries=4)
+    ledger.on_written = lambda entry_id: True  # readers were handed the entry
+    ledger.append(b"read at once", None)
+    await ledger.flush()
+    assert ledger.stats.inline_syncs == 0
+    assert threads and threads[0] != threading.current_thread().name

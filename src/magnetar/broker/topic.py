@@ -109,11 +109,13 @@ class Topic:
             return ledger.last_written_entry_id
         return ledger.last_confirmed_entry_id
 
-    def _written(self, entry_id: int) -> None:
-        # Dispatch at once and put the frames on the wire before the ledger's fsync,
-        # so that consumers work while the disk syncs.
+    def _written(self, entry_id: int) -> bool:
+        """Dispatch at once and put the frames on the wire before the ledger's fsync,
+        so that consumers work while the disk syncs; True if anything went out."""
+        sent = False
         for subscription in self.subscriptions.values():
-            subscription.dispatch_now()
+            sent = subscription.dispatch_now() or sent
+        return sent
 
     # ------------------------------------------------------------ ids
 

@@ -153,6 +153,7 @@ class PartitionProducer(ConnectionHandler):
         self._ready = False
         self._waiting_for_exclusive = False
         self._requests: PendingRequests | None = None
+        self._last_receipt: tuple[int, int] | None = None  # (ledger, entry) of the newest
 
     # ------------------------------------------------------------------ attaching
 
@@ -472,6 +473,7 @@ class PartitionProducer(ConnectionHandler):
         mid = receipt.message_id
         ledger = mid.ledgerId
         entry = mid.entryId
+        self._last_receipt = (ledger, entry)
         partition = self.partition
         futures = op.futures
         n = len(futures)
@@ -515,8 +517,31 @@ class PartitionProducer(ConnectionHandler):
             self._conn.close()
 
     def _on_request_receipt(self, receipt: pb.CommandRequestReceipt, body: bytes) -> None:
-        if self._requests is not None:
-            self._requests.on_receipt(receipt, body)
+        requests = self._requests
+        if requests is None:
+            return
+        request = self._sole_unreceipted_request(receipt.request_message_id)
+        if request is not None:
+            # The reply overtook the send receipt, which waits for the broker's fsync.
+            # It can only be for this request: every older message of this producer
+            # has its receipt and a smaller id. Take the id from the reply.
+            mid = receipt.request_message_id
+            requests.sent(request, MessageId(mid.ledgerId, mid.entryId, -1, self.partition))
+        requests.on_receipt(receipt, body)
+
+    def _sole_unreceipted_request(self, mid: pb.MessageIdData) -> PendingRequest | None:
+        """The request a reply must belong to, when that is certain before its receipt."""
+        pending = self._pending
+        last = self._last_receipt
+        if len(pending) != 1 or last is None or mid.batch_index >= 0:
+            return None
+        op = pending[0]
+        if op.batched or op.requests is None or op.requests[0] is None:
+            return None
+        if (mid.ledgerId, mid.entryId) <= last:
+            return None  # an older message's reply (late, or already answered)
+        request: PendingRequest = op.requests[0]
+        return None if request.done else request
 
     def request_async(self, msg: OutgoingMessage, timeout: float) -> asyncio.Future[ReplyResult]:
         """PIP-371: send ``msg`` as a request; the future gets the reply."""

@@ -152,7 +152,10 @@ class ManagedLedger:
         self.on_failure: Callable[[BaseException], None] | None = None
         # Called on the loop with the highest id just handed to the OS (before any
         # fdatasync): such entries survive a crash of this process, not of the machine.
-        self.on_written: Callable[[int], None] | None = None
+        # A true result means readers were just given these entries: their answers
+        # are due soon, so the following sync runs on the worker thread, never inline.
+        self.on_written: Callable[[int], bool] | None = None
+        self._readers_busy = False
         self.error: BaseException | None = None
 
         self._ledger_dir = directory / "ledger"
@@ -328,7 +331,7 @@ class ManagedLedger:
             self._roll_needed = True
         if count and self.on_written is not None:
             try:
-                self.on_written(self._write_next - 1)
+                self._readers_busy = bool(self.on_written(self._write_next - 1))
             except Exception:
                 logger.exception("%s: on_written callback failed", self.directory)
         if not self._always and count:
@@ -385,7 +388,11 @@ class ManagedLedger:
             job.add_done_callback(functools.partial(self._on_roll_done, written, path))
         elif written > self._synced_id and (self._always or self._interval_due or self._waiters):
             self._interval_due = False
-            if self._always and written - self._synced_id <= self.config.inline_sync_max_entries:
+            if (
+                self._always
+                and not self._readers_busy
+                and written - self._synced_id <= self.config.inline_sync_max_entries
+            ):
                 self._sync_inline(written)
                 return
             job = self._loop.run_in_executor(self._executor, self._sync_io, self._active.fd)
