@@ -334,3 +334,33 @@ async def test_reply_ack_wire_format() -> None:
     finally:
         await client.close()
         server.close()
+
+
+async def test_a_resent_request_takes_the_reply_to_its_first_copy() -> None:
+    from magnetar.client.request_reply import PendingRequests
+    from magnetar.protocol.message_id import MessageId
+    from magnetar.protocol.pb import pb
+
+    requests = PendingRequests("t")
+    request = requests.new(5.0)
+    first_copy = pb.CommandRequestReceipt(
+        reply_to_producer_id=1, request_message_id=pb.MessageIdData(ledgerId=7, entryId=3)
+    )
+    requests.on_receipt(first_copy, b"answer")  # before any send receipt: kept aside
+    assert not request.future.done()
+    requests.sent(request, MessageId(7, 4), resent=True)  # the second copy got entry 4
+    result = await request.future
+    assert result.value == b"answer" and result.request_message_id.entry_id == 3
+
+    other = requests.new(5.0)
+    requests.on_receipt(
+        pb.CommandRequestReceipt(
+            reply_to_producer_id=1, request_message_id=pb.MessageIdData(ledgerId=7, entryId=5)
+        ),
+        b"not yours",
+    )
+    requests.sent(other, MessageId(7, 6))  # sent once: a reply to another id is not its own
+    assert not other.future.done()
+    requests.fail_all(RuntimeError("done"))
+    with pytest.raises(RuntimeError):
+        await other.future

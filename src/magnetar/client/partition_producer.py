@@ -99,7 +99,7 @@ class _Op:
     """One SEND frame waiting for its receipt: a single message or a batch."""
 
     __slots__ = ("batched", "deadline", "frame", "futures", "highest_sequence_id",
-                 "num_messages", "requests", "sequence_id")
+                 "num_messages", "requests", "resent", "sequence_id")
 
     def __init__(
         self,
@@ -119,6 +119,7 @@ class _Op:
         self.futures = futures
         self.deadline = deadline
         self.requests = requests  # PIP-371: per message, its pending request or None
+        self.resent = False  # sent again after a reconnect: the broker may hold it twice
 
 
 class PartitionProducer(ConnectionHandler):
@@ -211,6 +212,8 @@ class PartitionProducer(ConnectionHandler):
         if self._pending:
             # Resend everything unacknowledged, unchanged, in order, in one write.
             conn.write(b"".join(op.frame for op in self._pending))
+            for op in self._pending:
+                op.resent = True
         log.debug("producer %s attached to %s on %r", self.producer_name, self.topic, conn)
 
     def _on_waiting(self, cmd: BaseCommand) -> None:
@@ -491,7 +494,7 @@ class PartitionProducer(ConnectionHandler):
                 )
                 if op.requests is not None and op.requests[index] is not None:
                     assert self._requests is not None
-                    self._requests.sent(op.requests[index], message_id)
+                    self._requests.sent(op.requests[index], message_id, resent=op.resent)
                 if not future.done():
                     future.set_result(message_id)
         self._release(n)
@@ -533,8 +536,10 @@ class PartitionProducer(ConnectionHandler):
         """The request a reply must belong to, when that is certain before its receipt."""
         pending = self._pending
         last = self._last_receipt
-        if len(pending) != 1 or last is None or mid.batch_index >= 0:
+        if len(pending) != 1 or mid.batch_index >= 0:
             return None
+        if last is None:
+            return None  # an unknown id could be a late reply to an earlier namesake
         op = pending[0]
         if op.batched or op.requests is None or op.requests[0] is None:
             return None

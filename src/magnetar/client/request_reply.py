@@ -88,11 +88,20 @@ class PendingRequests:
         self._unsent.add(request)
         return request
 
-    def sent(self, request: PendingRequest, message_id: MessageId) -> None:
-        """The request's send receipt arrived: from now on it is known by its id."""
+    def sent(self, request: PendingRequest, message_id: MessageId, resent: bool = False) -> None:
+        """The request's send receipt arrived: from now on it is known by its id.
+
+        ``resent``: the request went out again after a reconnect, so its first copy
+        may be stored too and may be what a consumer answered; the newest unclaimed
+        reply to an earlier id is then taken as its answer.
+        """
         self._unsent.discard(request)
         key = _key(message_id)
         early = self._early.pop(key, None)
+        if early is None and resent and self._early and not request.done:
+            earlier = [k for k in self._early if k < key]
+            if earlier:
+                early = self._early.pop(max(earlier))
         if request.done:
             self._remember_expired(key)
             if early is not None:
