@@ -28,6 +28,7 @@ class Consumer:
     bytes_out: int = 0
     closed: bool = False
     told_end_of_topic: bool = False
+    announced: bool = False  # SUBSCRIBE answered: the client knows this consumer id
 
     def can_receive(self, max_unacked: int) -> bool:
         return (

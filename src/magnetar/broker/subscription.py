@@ -160,26 +160,25 @@ class Subscription:
             elif previous.pending:
                 self._return_pending(previous, list(previous.pending), count_redelivery=False)
         for consumer in self.consumers:
-            consumer.cnx.write_command(
-                BaseCommand(
-                    type=BaseCommand.ACTIVE_CONSUMER_CHANGE,
-                    active_consumer_change=pb.CommandActiveConsumerChange(
-                        consumer_id=consumer.consumer_id, is_active=consumer is active
-                    ),
-                )
-            )
+            if consumer.announced:
+                self._tell_active(consumer, consumer is active)
 
     def notify_consumer_active(self, consumer: Consumer) -> None:
+        """After SUBSCRIBE's SUCCESS: tell a Failover consumer whether it is active."""
+        consumer.announced = True
         if self.sub_type == SubType.Failover:
-            consumer.cnx.write_command(
-                BaseCommand(
-                    type=BaseCommand.ACTIVE_CONSUMER_CHANGE,
-                    active_consumer_change=pb.CommandActiveConsumerChange(
-                        consumer_id=consumer.consumer_id,
-                        is_active=consumer is self.dispatcher.active_consumer(),
-                    ),
-                )
+            self._tell_active(consumer, consumer is self.dispatcher.active_consumer())
+
+    @staticmethod
+    def _tell_active(consumer: Consumer, is_active: bool) -> None:
+        consumer.cnx.write_command(
+            BaseCommand(
+                type=BaseCommand.ACTIVE_CONSUMER_CHANGE,
+                active_consumer_change=pb.CommandActiveConsumerChange(
+                    consumer_id=consumer.consumer_id, is_active=is_active
+                ),
             )
+        )
 
     def _unpend(self, entry_id: int) -> Consumer | None:
         """Forget that ``entry_id`` is out with a consumer; returns that consumer."""
