@@ -130,3 +130,33 @@ def test_damaged_file_is_reported(tmp_path: Path) -> None:
     path.write_text('{"name": 3, "mark_delete": 1}')
     with pytest.raises(StorageCorruption):
         ManagedCursor.load(path)
+
+
+async def test_a_cursor_past_the_end_of_a_recovered_log_is_rewound(tmp_path: Path) -> None:
+    from magnetar.storage import LedgerConfig, ManagedLedger
+
+    ledger = ManagedLedger.open(tmp_path / "l", LedgerConfig())
+    for i in range(3):
+        ledger.append(b"e%d" % i)
+    await ledger.flush()
+    cursor = ledger.open_cursor("ahead", -1)
+    cursor.ack_cumulative(4)  # as if entries 3 and 4 were read, then lost with the machine
+    cursor.ack([6, 7])
+    cursor.flush()
+    other = ledger.open_cursor("scattered", -1)
+    other.ack([1, 5])  # below and past the end
+    other.flush()
+    within = ledger.open_cursor("within", -1)
+    within.ack([0, 2])
+    within.flush()
+    await ledger.close()
+    reopened = ManagedLedger.open(tmp_path / "l", LedgerConfig())
+    for name in ("ahead", "scattered", "within"):
+        reopened.open_cursor(name, -1)
+    assert sorted(reopened.rewind_cursors_past_end()) == ["ahead", "scattered"]
+    ahead = reopened.cursors["ahead"]
+    assert ahead.mark_delete == 2 and not ahead.is_acked(3) and not ahead.is_acked(6)
+    scattered = reopened.cursors["scattered"]
+    assert scattered.mark_delete == -1 and not scattered.is_acked(5)
+    assert reopened.cursors["within"].is_acked(2)
+    await reopened.close()

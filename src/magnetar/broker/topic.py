@@ -77,18 +77,10 @@ class Topic:
         if dispatch_before_sync:
             ledger.on_written = self._written
         for cursor_name in ledger.persisted_cursor_names():
-            cursor = ledger.open_cursor(cursor_name, ledger.first_entry_id - 1)
-            if cursor.mark_delete >= ledger.next_entry_id:
-                # Acked past the end: entries seen before their fsync were lost with
-                # the machine. Their ids will be reused, so they must not count as acked.
-                log.warning(
-                    "subscription %s on %s acked up to %d, past the end %d of the log",
-                    cursor_name,
-                    self.name,
-                    cursor.mark_delete,
-                    ledger.next_entry_id - 1,
-                )
-                cursor.reset(ledger.next_entry_id - 1)
+            ledger.open_cursor(cursor_name, ledger.first_entry_id - 1)
+        # Consumers may see entries before their fsync (dispatch_before_sync).
+        ledger.rewind_cursors_past_end()
+        for cursor_name, cursor in ledger.cursors.items():
             self.subscriptions[cursor_name] = Subscription(
                 self,
                 cursor_name,

@@ -641,6 +641,28 @@ class ManagedLedger:
         self.cursors[name] = cursor
         return cursor
 
+    def rewind_cursors_past_end(self) -> list[str]:
+        """Make every opened cursor acknowledge nothing past the end of the log.
+
+        For readers that see entries before their fdatasync: if the machine lost
+        such entries, their ids are handed out again and must not count as
+        acknowledged. Returns the names of the cursors that were rewound.
+        """
+        last = self._next_id - 1
+        rewound = []
+        for cursor in self.cursors.values():
+            ranges = cursor.individually_acked_ranges()
+            if cursor.mark_delete <= last and not (ranges and ranges[-1][1] > last):
+                continue
+            logger.warning(
+                "%s: cursor %s acknowledged past the end %d of the log; rewound",
+                self.directory, cursor.name, last,
+            )
+            cursor.reset(min(cursor.mark_delete, last))
+            cursor.flush()
+            rewound.append(cursor.name)
+        return rewound
+
     def delete_cursor(self, name: str) -> None:
         """Forget the cursor and remove its file (no error if there is none)."""
         self.cursors.pop(name, None)
