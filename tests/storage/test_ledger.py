@@ -513,8 +513,8 @@ async def test_delete_after_close(make_ledger: LedgerFactory, tmp_path: Path) ->
     assert fresh.next_entry_id == 0
 
 
-async def test_small_groups_sync_on_the_loop_thread_and_large_ones_on_the_worker(
-        make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def record_sync_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the threads the ledger calls fdatasync on, in order."""
     threads: list[str] = []
     real = fsutil.fdatasync
 
@@ -523,6 +523,12 @@ async def test_small_groups_sync_on_the_loop_thread_and_large_ones_on_the_worker
         real(fd)
 
     monkeypatch.setattr(ledger_module, "fdatasync", recording_fdatasync)
+    return threads
+
+
+async def test_small_groups_sync_on_the_loop_thread_and_large_ones_on_the_worker(
+        make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads = record_sync_threads(monkeypatch)
     ledger = make_ledger(inline_sync_max_entries=4)
     fired: list[int] = []
     ledger.append(b"alone", fired.append)
@@ -582,14 +588,7 @@ async def test_written_entries_are_readable_before_they_are_durable(
 
 async def test_a_small_group_that_readers_just_got_syncs_on_the_worker(
         make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    threads: list[str] = []
-    real = fsutil.fdatasync
-
-    def recording_fdatasync(fd: int) -> None:
-        threads.append(threading.current_thread().name)
-        real(fd)
-
-    monkeypatch.setattr(ledger_module, "fdatasync", recording_fdatasync)
+    threads = record_sync_threads(monkeypatch)
     ledger = make_ledger(inline_sync_max_entries=4)
     ledger.on_written = lambda entry_id: True  # readers were handed the entry
     ledger.append(b"read at once", None)
