@@ -237,6 +237,13 @@ class Connection(asyncio.Protocol):
     def new_request_id(self) -> int:
         return next(self._request_ids)
 
+    async def request_quietly(self, cmd: BaseCommand, request_id: int, what: str) -> None:
+        """A closing request: the handle is gone either way, so a failure is only logged."""
+        try:
+            await self.request(cmd, request_id)
+        except PulsarError as exc:
+            log.debug("%s: %s", what, exc)
+
     async def request(
         self,
         cmd: BaseCommand,

@@ -609,8 +609,5 @@ class PartitionProducer(ConnectionHandler):
             cmd = BaseCommand(type=T.CLOSE_PRODUCER)
             cmd.close_producer.producer_id = self.producer_id
             cmd.close_producer.request_id = request_id
-            try:
-                await conn.request(cmd, request_id)
-            except PulsarError as exc:
-                log.debug("closing producer on %s: %s", self.topic, exc)
+            await conn.request_quietly(cmd, request_id, f"closing producer on {self.topic}")
             conn.remove_producer(self.producer_id, self)

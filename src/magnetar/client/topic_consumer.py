@@ -661,10 +661,7 @@ class TopicConsumer(ConnectionHandler):
             cmd = BaseCommand(type=T.CLOSE_CONSUMER)
             cmd.close_consumer.consumer_id = self.consumer_id
             cmd.close_consumer.request_id = request_id
-            try:
-                await conn.request(cmd, request_id)
-            except PulsarError as exc:
-                log.debug("closing consumer on %s: %s", self.topic, exc)
+            await conn.request_quietly(cmd, request_id, f"closing consumer on {self.topic}")
             conn.remove_consumer(self.consumer_id, self)
 
     def _shutdown(self) -> None:
