@@ -25,6 +25,7 @@ from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.broker.consumer import Consumer
+    from magnetar.broker.entry_info import EntryInfo
     from magnetar.broker.topic import Topic
 
 log = logging.getLogger("magnetar.broker.subscription")
@@ -339,7 +340,7 @@ class Subscription:
                         continue
                     break
                 self.replay.discard(entry_id)
-                self._send(consumer, entry_id, info.num_messages)
+                self._send(consumer, entry_id, info)
                 budget -= 1
                 if budget <= 0:
                     return True
@@ -377,7 +378,7 @@ class Subscription:
                     position += 1
                     continue
                 break
-            self._send(consumer, position, info.num_messages)
+            self._send(consumer, position, info)
             position += 1
             budget -= 1
             if budget <= 0:
@@ -410,11 +411,12 @@ class Subscription:
                 return None  # the key is still draining from another consumer
         return consumer
 
-    def _send(self, consumer: Consumer, entry_id: int, num_messages: int) -> None:
+    def _send(self, consumer: Consumer, entry_id: int, info: EntryInfo) -> None:
         topic = self.topic
+        num_messages = info.num_messages
         self.pending[entry_id] = consumer
         if self.dispatcher.uses_keys:
-            key_hash = topic.entry_info(entry_id).key_hash
+            key_hash = info.key_hash
             holder = self._hash_holders.get(key_hash)
             self._hash_holders[key_hash] = (consumer, holder[1] + 1 if holder else 1)
         consumer.send_entry(
