@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,12 @@ async def test_round_trip_across_segment_rollover(make_ledger: LedgerFactory,
     assert all(path.stat().st_size <= 1024 for path in files)
     assert files[0].name == f"{0:020d}.seg"
     assert ledger.stats.rolls == len(files) - 1
-    assert ledger.size_bytes() == sum(path.stat().st_size for path in files)
+    # The active segment keeps zeros reserved ahead of its writes; sealed ones do not.
+    assert files[-1].stat().st_size > 0
+    assert ledger.size_bytes() == sum(path.stat().st_size for path in files[:-1]) + sum(
+        len(payload(entry_id)) + 8 for entry_id in range(300)
+        if entry_id >= int(files[-1].stem)
+    )
     assert ledger.last_confirmed_entry_id == 299
     assert ledger.entry_count() == 300
     for entry_id in range(300):
@@ -49,6 +55,8 @@ async def test_round_trip_across_segment_rollover(make_ledger: LedgerFactory,
     while len(got) < 300:
         got += ledger.read_range(len(got), 23)
     assert got == [payload(i) for i in range(300)]
+    await ledger.close()  # which gives the reserve back
+    assert ledger.size_bytes() == sum(path.stat().st_size for path in files)
 
 
 async def test_entry_bigger_than_a_segment_gets_its_own(make_ledger: LedgerFactory) -> None:
@@ -440,11 +448,11 @@ async def test_failed_write_truncates_the_partial_record(
     ledger.append(b"good")
     await ledger.flush()
 
-    def broken_writev(fd: int, buffers: object) -> int:
-        os.write(fd, b"\x00\x00\x00\x05par")  # a partial record, then the error
+    def broken_pwritev(fd: int, buffers: object, offset: int) -> int:
+        os.pwrite(fd, b"\x00\x00\x00\x05par", offset)  # a partial record, then the error
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(os, "writev", broken_writev)
+    monkeypatch.setattr(os, "pwritev", broken_pwritev)
     ledger.append(b"never")
     with pytest.raises(LedgerFailed):
         await ledger.flush()
@@ -586,12 +594,55 @@ async def test_written_entries_are_readable_before_they_are_durable(
     assert ledger.last_confirmed_entry_id == entry_id
 
 
-async def test_a_small_group_that_readers_just_got_syncs_on_the_worker(
+async def test_readers_get_a_small_group_before_its_inline_sync(
         make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    threads = record_sync_threads(monkeypatch)
+    events: list[str] = []
+    real = fsutil.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        events.append(f"sync on {threading.current_thread().name}")
+        real(fd)
+
+    monkeypatch.setattr(ledger_module, "fdatasync", recording_fdatasync)
     ledger = make_ledger(inline_sync_max_entries=4)
-    ledger.on_written = lambda entry_id: True  # readers were handed the entry
+    ledger.on_written = lambda entry_id: events.append(f"written {entry_id}")
     ledger.append(b"read at once", None)
     await ledger.flush()
-    assert ledger.stats.inline_syncs == 0
-    assert threads and threads[0] != threading.current_thread().name
+    assert events == ["written 0", f"sync on {threading.current_thread().name}"]
+    assert ledger.stats.inline_syncs == 1
+
+
+async def test_a_file_system_without_fallocate_gets_plain_appends(
+        make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def unsupported(fd: int, offset: int, length: int) -> None:
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    ledger = make_ledger()
+    for entry_id in range(5):
+        ledger.append(payload(entry_id))
+    await ledger.flush()
+    [segment] = segment_files(tmp_path / "ledger")
+    assert segment.stat().st_size == ledger.size_bytes()
+    assert [ledger.read(i) for i in range(5)] == [payload(i) for i in range(5)]
+
+
+async def test_a_slow_disk_moves_small_groups_to_the_worker(
+        make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[str] = []
+    real = fsutil.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        threads.append(threading.current_thread().name)
+        time.sleep(0.02)  # far over inline_sync_max_seconds
+        real(fd)
+
+    monkeypatch.setattr(ledger_module, "fdatasync", slow_fdatasync)
+    ledger = make_ledger(inline_sync_max_entries=4, inline_sync_max_seconds=0.005)
+    for entry_id in range(3):
+        ledger.append(payload(entry_id))
+        await ledger.flush()
+    loop_thread = threading.current_thread().name
+    assert threads[0] == loop_thread  # nothing measured yet: the first one is inline
+    assert all(name != loop_thread for name in threads[1:]) and len(threads) == 3
+    assert ledger.stats.inline_syncs == 1

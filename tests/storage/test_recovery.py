@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,9 +49,35 @@ CASES = {
     "cut mid-header": (cut(len(payload(9)) + 3), 9),
     "garbage appended": (append_bytes(b"\x00\x00\x10\x00garbage"), 10),
     "short garbage": (append_bytes(b"\x01\x02"), 10),
-    "zero-filled tail": (append_bytes(bytes(4096)), 10),
+    "torn record in reserved space": (
+        append_bytes(b"\x00\x00\x00\x20\x12\x34\x56\x78part" + bytes(4096)), 10
+    ),
     "flipped byte in the last record": (flip_last_byte, 9),
 }
+
+
+async def test_reserved_space_left_by_a_crash_is_released_quietly(
+        make_ledger: LedgerFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ledger = make_ledger()
+    for entry_id in range(10):
+        ledger.append(payload(entry_id))
+    await ledger.flush()
+    [segment] = segment_files(tmp_path / "ledger")
+    good_size = sum(HEADER_SIZE + len(payload(i)) for i in range(10))
+    assert segment.stat().st_size > good_size  # zeros reserved ahead of the writes
+    # What a kill -9 leaves: the files as they are now, reserve included.
+    crashed = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "ledger", crashed, ignore=shutil.ignore_patterns("lock"))
+    await ledger.close()
+
+    with caplog.at_level(logging.WARNING, logger="magnetar.storage"):
+        recovered = make_ledger(crashed)
+    assert caplog.text == ""
+    [copy] = segment_files(crashed)
+    assert copy.stat().st_size == good_size
+    assert [recovered.read(i) for i in range(10)] == [payload(i) for i in range(10)]
+    assert recovered.append(b"new") == 10
+    await recovered.close()
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -22,7 +22,13 @@ class BrokerConfig:
     data_dir: Path = field(default_factory=lambda: Path("./data"))
     sync_policy: str = "always"  # "always" (fsync + group commit) or "interval"
     sync_interval: float = 0.05
-    inline_sync_max_entries: int = 4  # "always": fsync small groups on the loop thread
+    # "always": fsync groups of at most this many entries on the loop thread, while
+    # fsyncs take under inline_sync_max_seconds (moving average); else on a worker.
+    inline_sync_max_entries: int = 4
+    inline_sync_max_seconds: float = 0.001
+    # Zeros reserved ahead of the writes in segment files (fallocate), so that an
+    # fsync has no file size to commit; 0 disables.
+    segment_reserve_max_bytes: int = 4 * 1024 * 1024
     # Consumers get an entry once it is written to the OS (it survives a broker crash)
     # rather than after its fsync; send receipts still wait for the sync policy.
     dispatch_before_sync: bool = True

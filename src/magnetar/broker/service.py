@@ -49,6 +49,8 @@ class BrokerService:
             sync_policy=config.sync_policy,
             sync_interval=config.sync_interval,
             inline_sync_max_entries=config.inline_sync_max_entries,
+            inline_sync_max_seconds=config.inline_sync_max_seconds,
+            reserve_max_bytes=config.segment_reserve_max_bytes,
         )
         self.store = Store(config.data_dir, ledger_config)
         scratch = config.data_dir / NON_PERSISTENT_DIR

@@ -273,16 +273,13 @@ class Subscription:
 
     # ------------------------------------------------------------ dispatch
 
-    def dispatch_now(self) -> bool:
-        """Dispatch in this call and write the frames out at once (no loop round);
-        True if any consumer was sent something."""
+    def dispatch_now(self) -> None:
+        """Dispatch in this call and write the frames out at once (no loop round)."""
         if not self.consumers or self.topic.closed:
-            return False
-        before = self.topic.stats.messages_out
+            return
         self._dispatch()
         for consumer in self.consumers:
             consumer.cnx.flush_now()
-        return self.topic.stats.messages_out != before
 
     def schedule_dispatch(self) -> None:
         if not self._dispatch_scheduled and self.consumers and not self.topic.closed:

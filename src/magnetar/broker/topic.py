@@ -101,13 +101,11 @@ class Topic:
             return ledger.last_written_entry_id
         return ledger.last_confirmed_entry_id
 
-    def _written(self, entry_id: int) -> bool:
+    def _written(self, entry_id: int) -> None:
         """Dispatch at once and put the frames on the wire before the ledger's fsync,
-        so that consumers work while the disk syncs; True if anything went out."""
-        sent = False
+        so that consumers work while the disk syncs."""
         for subscription in self.subscriptions.values():
-            sent = subscription.dispatch_now() or sent
-        return sent
+            subscription.dispatch_now()
 
     # ------------------------------------------------------------ ids
 

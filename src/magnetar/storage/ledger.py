@@ -5,16 +5,20 @@ The write path is the broker's publish hot path:
 - ``append`` assigns the entry id, queues the data and its callback, puts the data in
   the tail cache and, on the first append of an event-loop iteration, schedules
   ``_write_pending`` with ``call_soon``;
-- ``_write_pending`` writes everything queued in that iteration with one ``writev``;
-- under ``"always"`` a sync job (fdatasync in a worker thread) covers everything
-  written so far; appends that arrive while it runs are written and wait for the next
-  job, so one fdatasync serves every entry that arrived meanwhile (group commit).  When
-  the job is done ``last_confirmed_entry_id`` advances and the callbacks fire in order;
+- ``_write_pending`` writes everything queued in that iteration with one ``pwritev``,
+  into zeros reserved ahead with fallocate (so the fdatasync has no file size to
+  commit), then hands the new entries to ``on_written`` (readers that may see them
+  before they are durable);
+- under ``"always"`` a sync job covers everything written so far: a small group is
+  fdatasynced on the loop thread at once, a larger one in a worker thread.  Appends
+  that arrive while a worker syncs are written and wait for the next job, so one
+  fdatasync serves every entry that arrived meanwhile (group commit).  When the sync
+  is done ``last_confirmed_entry_id`` advances and the callbacks fire in order;
 - under ``"interval"`` the callbacks fire right after the write and a timer runs an
   fdatasync every ``sync_interval`` seconds while there is unsynced data.
 
-Rolling to a new segment is a worker job as well: fdatasync the full segment, create
-its successor, fsync the directory.  Because a successor only exists once its
+Rolling to a new segment is a worker job as well: cut the full segment's reserve,
+fdatasync it, create its successor, fsync the directory.  Because a successor only exists once its
 predecessor is durable, recovery may treat damage anywhere but in the last segment as
 corruption.  At most one job (sync or roll) runs at a time for a ledger.
 """
@@ -30,6 +34,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
@@ -46,7 +51,7 @@ from magnetar.storage.errors import (
     LedgerFailed,
     StorageError,
 )
-from magnetar.storage.fsutil import fdatasync, fsync_dir, writev_all
+from magnetar.storage.fsutil import fdatasync, fsync_dir, preallocate, pwritev_all
 from magnetar.storage.record import HEADER, HEADER_SIZE, MAX_DATA_SIZE, crc32c
 from magnetar.storage.recovery import create_segment_file, recover_segments
 from magnetar.storage.segment import Segment, segment_path
@@ -66,10 +71,18 @@ class LedgerConfig:
     sync_policy: str = "always"
     sync_interval: float = 0.05
     # "always" only: a group of at most this many entries, with no sync running, is
-    # fdatasynced on the loop thread itself. A quiet ledger saves the two thread
-    # hand-offs (about a fifth of a request's latency); a busy one, whose groups are
-    # larger, keeps the loop free while the worker thread syncs. 0 disables.
+    # fdatasynced on the loop thread itself, right after on_written has put it on the
+    # wire for readers, as long as fdatasync is fast (a moving average under
+    # inline_sync_max_seconds). A quiet ledger on a fast disk saves the thread
+    # hand-offs, whose wake-ups and GIL transfers cost more than the loop loses while
+    # it waits; a busy ledger (larger groups) or a slow disk keeps the loop free while
+    # a worker syncs. 0 disables.
     inline_sync_max_entries: int = 4
+    inline_sync_max_seconds: float = 0.001
+    # Reserve segment space ahead of the writes (zeros, with fallocate) in steps that
+    # double from 64 KiB up to this, so an fdatasync never has a file size to commit
+    # as well. 0 disables.
+    reserve_max_bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.sync_policy not in SYNC_POLICIES:
@@ -82,6 +95,8 @@ class LedgerConfig:
             raise ValueError("cache_max_bytes must not be negative")
         if not self.sync_interval > 0:
             raise ValueError("sync_interval must be positive")
+        if self.reserve_max_bytes < 0:
+            raise ValueError("reserve_max_bytes must not be negative")
 
 
 @dataclass
@@ -152,10 +167,9 @@ class ManagedLedger:
         self.on_failure: Callable[[BaseException], None] | None = None
         # Called on the loop with the highest id just handed to the OS (before any
         # fdatasync): such entries survive a crash of this process, not of the machine.
-        # A true result means readers were just given these entries: their answers
-        # are due soon, so the following sync runs on the worker thread, never inline.
-        self.on_written: Callable[[int], bool] | None = None
-        self._readers_busy = False
+        self.on_written: Callable[[int], None] | None = None
+        self._reserve_max = config.reserve_max_bytes
+        self._sync_seconds = 0.0  # moving average of fdatasync durations
         self.error: BaseException | None = None
 
         self._ledger_dir = directory / "ledger"
@@ -309,12 +323,15 @@ class ManagedLedger:
             offset += record_size
         count = len(new_offsets)
         if count:
+            if offset > segment.allocated and self._reserve_max:
+                self._reserve(segment, offset)
             try:
-                writev_all(segment.fd, parts)
+                pwritev_all(segment.fd, parts, start)
             except OSError as exc:
                 with contextlib.suppress(OSError):
-                    # Leave no partial record behind: later writes would follow it.
+                    # Leave no partial record behind: recovery would stop at it.
                     os.ftruncate(segment.fd, start)
+                    segment.allocated = start
                 self._fail(exc)
                 return
             segment.offsets.extend(new_offsets)
@@ -331,7 +348,7 @@ class ManagedLedger:
             self._roll_needed = True
         if count and self.on_written is not None:
             try:
-                self._readers_busy = bool(self.on_written(self._write_next - 1))
+                self.on_written(self._write_next - 1)
             except Exception:
                 logger.exception("%s: on_written callback failed", self.directory)
         if not self._always and count:
@@ -339,6 +356,16 @@ class ManagedLedger:
             if self._state is _State.OPEN or self._state is _State.CLOSING:
                 self._arm_timer()
         self._maybe_start_job()
+
+    def _reserve(self, segment: Segment, end: int) -> None:
+        """Grow the zero-filled reserve of ``segment`` to cover at least ``end``."""
+        step = min(max(segment.allocated, 64 * 1024), self._reserve_max)
+        target = max(end, min(segment.allocated + step, self.config.segment_max_bytes))
+        if preallocate(segment.fd, segment.allocated, target):
+            segment.allocated = target
+        else:
+            self._reserve_max = 0  # the file system cannot: plain appends from now on
+            logger.info("%s: cannot reserve file space; appending without", self.directory)
 
     def _confirm(self, entry_id: int) -> None:
         """Advance last_confirmed to ``entry_id`` and run the callbacks it covers."""
@@ -384,14 +411,16 @@ class ManagedLedger:
         if self._roll_needed:
             old = self._active
             path = segment_path(self._ledger_dir, old.end_entry_id)
-            job = self._loop.run_in_executor(self._executor, self._roll_io, old.fd, path)
+            job = self._loop.run_in_executor(
+                self._executor, self._roll_io, old.fd, old.size, path
+            )
             job.add_done_callback(functools.partial(self._on_roll_done, written, path))
         elif written > self._synced_id and (self._always or self._interval_due or self._waiters):
             self._interval_due = False
             if (
                 self._always
-                and not self._readers_busy
                 and written - self._synced_id <= self.config.inline_sync_max_entries
+                and self._sync_seconds <= self.config.inline_sync_max_seconds
             ):
                 self._sync_inline(written)
                 return
@@ -402,27 +431,40 @@ class ManagedLedger:
         self._job = job
 
     def _sync_inline(self, target: int) -> None:
+        started = time.perf_counter()
         try:
             fdatasync(self._active.fd)
         except OSError as exc:
             self._fail(exc)
             return
+        self._observe_sync(time.perf_counter() - started)
         self.stats.syncs += 1
         self.stats.inline_syncs += 1
         self._synced(target)
 
-    def _sync_io(self, fd: int) -> None:
-        """Worker thread: make everything written to the active segment durable."""
+    def _observe_sync(self, seconds: float) -> None:
+        self._sync_seconds += (seconds - self._sync_seconds) * 0.25
+
+    def _sync_io(self, fd: int) -> float:
+        """Worker thread: make everything written to the active segment durable;
+        returns how long the fdatasync took."""
         with self._io_lock:
             if self._io_closed:
                 raise LedgerClosed("ledger closed during sync")
+            started = time.perf_counter()
             fdatasync(fd)
+            return time.perf_counter() - started
 
-    def _roll_io(self, old_fd: int, path: Path) -> int:
-        """Worker thread: seal the full segment, then create and register its successor."""
+    def _roll_io(self, old_fd: int, old_size: int, path: Path) -> int:
+        """Worker thread: seal the full segment, then create and register its successor.
+
+        The sealed file loses its reserved tail first: recovery takes zeros after the
+        records for damage in any segment but the last.
+        """
         with self._io_lock:
             if self._io_closed:
                 raise LedgerClosed("ledger closed during roll")
+            os.ftruncate(old_fd, old_size)
             fdatasync(old_fd)
             fd = create_segment_file(path)
             try:
@@ -446,6 +488,7 @@ class ManagedLedger:
         if exc is not None:
             self._fail(exc)
             return
+        self._observe_sync(job.result())
         self.stats.syncs += 1
         self._synced(target)
 
@@ -706,6 +749,10 @@ class ManagedLedger:
             while self._job is not None:
                 await asyncio.wait([self._job])
             self._state = _State.CLOSED
+            active = self._active
+            if active.allocated > active.size and active.fd >= 0:
+                with contextlib.suppress(OSError):  # tidiness only: recovery copes
+                    os.ftruncate(active.fd, active.size)
             self._release()
 
     def delete(self) -> None:

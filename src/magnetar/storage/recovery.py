@@ -4,7 +4,8 @@ Owns the rules that decide what survives:
 
 - a torn or corrupt tail in the *last* segment is what a crash mid-write leaves
   behind; nothing in it was acknowledged (acknowledgement waits for fdatasync), so it
-  is truncated at the last good record;
+  is truncated at the last good record; so is the zero-filled space the ledger
+  reserves ahead of its writes, which is no damage at all;
 - a bad record in an *earlier* segment cannot come from a crash, because a segment is
   fdatasynced before its successor is created; it is real damage and raises
   ``StorageCorruption``;
@@ -25,9 +26,8 @@ from magnetar.storage.segment import Segment, parse_segment_name, scan_file, seg
 
 logger = logging.getLogger("magnetar.storage")
 
-# The active segment is opened with O_APPEND, so every write lands at the end of the
-# file whatever the file position is (including after a truncation).
-ACTIVE_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+# No O_APPEND: the ledger writes at explicit offsets, into space it reserved ahead.
+ACTIVE_FLAGS = os.O_RDWR | os.O_CLOEXEC
 SEALED_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 
 
@@ -36,7 +36,18 @@ def create_segment_file(path: Path) -> int:
     return os.open(path, ACTIVE_FLAGS | os.O_CREAT | os.O_EXCL, 0o644)
 
 
+def _only_zeros_after(path: Path, offset: int) -> bool:
+    """True if every byte of the file from ``offset`` on is zero (reserved space)."""
+    with open(path, "rb") as file:
+        file.seek(offset)
+        while chunk := file.read(1 << 20):
+            if chunk.count(0) != len(chunk):
+                return False
+    return True
+
+
 def _truncate_tail(path: Path, result: ScanResult) -> None:
+    reserved = _only_zeros_after(path, result.valid_size)
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
         dropped = os.fstat(fd).st_size - result.valid_size
@@ -44,6 +55,10 @@ def _truncate_tail(path: Path, result: ScanResult) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    if reserved:
+        logger.debug("%s: released %d reserved bytes after offset %d",
+                     path, dropped, result.valid_size)
+        return
     logger.warning(
         "%s: torn tail (%s at offset %d): truncated, dropped %d bytes",
         path, result.problem, result.valid_size, dropped,

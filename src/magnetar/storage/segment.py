@@ -45,7 +45,7 @@ def scan_file(path: Path) -> ScanResult:
 class Segment:
     """A segment file open for reading (and for appending while it is the active one)."""
 
-    __slots__ = ("fd", "first_entry_id", "offsets", "path", "size")
+    __slots__ = ("allocated", "fd", "first_entry_id", "offsets", "path", "size")
 
     def __init__(self, path: Path, first_entry_id: int, fd: int,
                  offsets: array[int] | None = None, size: int = 0) -> None:
@@ -54,6 +54,9 @@ class Segment:
         self.fd = fd
         self.offsets: array[int] = offsets if offsets is not None else array("Q")
         self.size = size  # bytes of good records; appends go here
+        # The file's length: past ``size`` it is zeros reserved for the next records
+        # (the record scan stops at a zero header, so recovery sees where data ends).
+        self.allocated = size
 
     @property
     def count(self) -> int:
