@@ -48,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--sync-interval", type=float, help="seconds between fsyncs (interval)")
     serve.add_argument("--max-message-size", type=int, help="bytes (default 5 MiB)")
     serve.add_argument(
+        "--idle-poll-us",
+        type=int,
+        help="microseconds to keep polling after input before sleeping: lower latency "
+        "for some CPU while traffic trickles (default 200; 0 disables)",
+    )
+    serve.add_argument(
         "--default-partitions", type=int, help="partitions of auto-created topics (default 0)"
     )
     serve.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
@@ -65,6 +71,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
         "sync_policy",
         "sync_interval",
         "max_message_size",
+        "idle_poll_us",
         "default_partitions",
         "log_level",
         "log_format",

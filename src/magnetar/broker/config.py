@@ -29,6 +29,11 @@ class BrokerConfig:
     # Zeros reserved ahead of the writes in segment files (fallocate), so that an
     # fsync has no file size to commit; 0 disables.
     segment_reserve_max_bytes: int = 4 * 1024 * 1024
+    # Microseconds the event loop keeps polling after input before it sleeps (see
+    # broker/idle_poll.py): lower latency where waking a CPU is slow, for some CPU
+    # while traffic trickles. 0 disables; an in-process (thread) broker uses 0,
+    # as it would compete with its host for the GIL.
+    idle_poll_us: int = 200
     # Consumers get an entry once it is written to the OS (it survives a broker crash)
     # rather than after its fsync; send receipts still wait for the sync policy.
     dispatch_before_sync: bool = True
@@ -68,6 +73,8 @@ class BrokerConfig:
             raise ValueError("max_message_size must be positive")
         if self.default_partitions < 0:
             raise ValueError("default_partitions must be >= 0")
+        if self.idle_poll_us < 0:
+            raise ValueError("idle_poll_us must be >= 0")
 
 
 def _coerce(name: str, kind: Any, value: Any) -> Any:

@@ -61,6 +61,7 @@ class ServerCnx(asyncio.Protocol):
         self.loop = service.loop
         self.id = next(_connection_ids)
         self.decoder = FrameDecoder(max_frame_size(service.config.max_message_size))
+        self._activity = service.idle_poller.activity
         self.transport: asyncio.Transport | None = None
         self.remote_address = "?"
         self.connected = False  # CONNECT seen
@@ -132,6 +133,7 @@ class ServerCnx(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_seen = self.loop.time()
+        self._activity()
         try:
             frames = self.decoder.feed(data)
         except FrameTooLarge as exc:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerCnx
+from magnetar.broker.idle_poll import IdlePoller
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.rpc import ReplyRouter
 from magnetar.broker.topic import Topic
@@ -33,6 +34,7 @@ class BrokerService:
         self.config = config
         self.clock = clock
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.idle_poller: IdlePoller = None  # type: ignore[assignment]  # set by start()
         self.topics: dict[str, Topic] = {}
         self.connections: set[ServerCnx] = set()
         self.metrics = BrokerMetrics(self)
@@ -72,6 +74,7 @@ class BrokerService:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self.idle_poller = IdlePoller(self.loop, self.config.idle_poll_us / 1e6)
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         # Non-persistent topics keep nothing across restarts.
         shutil.rmtree(self._scratch_dir, ignore_errors=True)

@@ -137,7 +137,12 @@ class EmbeddedBroker:
     # ------------------------------------------------------------ thread mode
 
     def _config(self) -> BrokerConfig:
-        settings: dict[str, Any] = {"log_format": "text", "keepalive_interval": 30.0}
+        # No idle polling: this loop shares the GIL with the host, which would feel it.
+        settings: dict[str, Any] = {
+            "log_format": "text",
+            "keepalive_interval": 30.0,
+            "idle_poll_us": 0,
+        }
         settings.update(self.settings)
         return BrokerConfig(
             port=self.port,
