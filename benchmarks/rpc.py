@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/rpc.py [--requests 2000] [--in-flight 64]
         [--throughput-requests 10000] [--size 100] [--sync-policy always|interval]
-        [--service-url URL] [--only pip371|two-topic] [--profile-broker FILE]
+        [--idle-poll-us N] [--service-url URL] [--only pip371|two-topic] [--profile-broker FILE]
         [--profile-client FILE] [--profile-responder FILE]
 
 Both patterns use magnetar's asyncio client (uvloop) on both ends, against the
@@ -22,7 +22,8 @@ and throughput with ``--in-flight`` requests outstanding at all times.
 
 Without ``--service-url`` one broker is started as a subprocess (fresh temporary
 data dir, the durable default sync policy ``always``: fsync with group commit
-before every send receipt). The responder runs in a process of its own, so the
+before every send receipt; the default idle polling, 200 us, unless
+``--idle-poll-us`` says otherwise). The responder runs in a process of its own, so the
 broker, the requester and the responder do not share an interpreter.
 ``--profile-broker FILE`` runs that broker under cProfile (``python -m cProfile
 -o FILE -m magnetar serve ...``); ``--profile-client`` / ``--profile-responder``
@@ -83,8 +84,11 @@ def broker_url(args: argparse.Namespace) -> Iterator[str]:
         yield args.service_url
         return
     if not args.profile_broker:
+        settings: dict[str, Any] = {}
+        if args.idle_poll_us is not None:
+            settings["idle_poll_us"] = args.idle_poll_us
         with EmbeddedBroker(
-            mode="subprocess", sync_policy=args.sync_policy, log_level="WARNING"
+            mode="subprocess", sync_policy=args.sync_policy, log_level="WARNING", **settings
         ) as broker:
             yield broker.service_url
         return
@@ -111,6 +115,8 @@ def broker_url(args: argparse.Namespace) -> Iterator[str]:
         "--log-level",
         "WARNING",
     ]
+    if args.idle_poll_us is not None:
+        cmd += ["--idle-poll-us", str(args.idle_poll_us)]
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 15
@@ -362,6 +368,9 @@ def main() -> None:
     parser.add_argument("--throughput-requests", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=100, help="request and reply bytes")
     parser.add_argument("--sync-policy", default="always", choices=["always", "interval"])
+    parser.add_argument(
+        "--idle-poll-us", type=int, help="the started broker's idle polling (default: its own)"
+    )
     parser.add_argument("--service-url", help="measure this broker instead of starting one")
     parser.add_argument("--only", choices=["pip371", "two-topic"], help="run one pattern")
     parser.add_argument("--profile-broker", metavar="FILE")
@@ -387,7 +396,10 @@ def main() -> None:
     if client_profile is not None:
         client_profile.dump_stats(args.profile_client)
 
-    where = args.service_url or f"one subprocess broker, sync policy {args.sync_policy!r}"
+    where = args.service_url or (
+        f"one subprocess broker, sync policy {args.sync_policy!r}"
+        + ("" if args.idle_poll_us is None else f", idle poll {args.idle_poll_us} us")
+    )
     print()
     print(f"request-reply on {where}; {args.size}-byte requests and replies;")
     print(
