@@ -430,7 +430,11 @@ class TopicConsumer(ConnectionHandler):
             self._ack_timer = self._loop.call_later(self.conf.ack_group_time, self._flush_acks)
 
     async def reply(self, message: Message, body: bytes, is_error: bool) -> None:
-        """PIP-371: acknowledge ``message`` with a reply for its producer, at once.
+        """PIP-371: acknowledge ``message`` with a reply for its producer.
+
+        The ACK leaves with this loop round's other writes (not grouped with other
+        acknowledgements, which may wait), so a handler answering a burst of
+        requests sends its replies in one write.
 
         The ACK names the request by its full id (with the batch index); for a
         batch that still has unacknowledged messages it carries their ``ack_set``
@@ -464,7 +468,7 @@ class TopicConsumer(ConnectionHandler):
                     data.ack_set.extend(acker.ack_set())
         if complete and self._nacks:
             self._nacks.remove(position)
-        conn.write_now(encode_command_with_body(cmd, body))
+        conn.write(encode_command_with_body(cmd, body))
 
     def _flush_acks(self) -> None:
         if self._ack_timer is not None:
