@@ -20,6 +20,7 @@ from magnetar.storage import (
     StorageError,
     fsutil,
 )
+from magnetar.storage.sync_load import SyncLoad
 
 from .conftest import LedgerFactory
 from .helpers import payload, segment_files
@@ -646,3 +647,27 @@ async def test_a_slow_disk_moves_small_groups_to_the_worker(
     assert threads[0] == loop_thread  # nothing measured yet: the first one is inline
     assert all(name != loop_thread for name in threads[1:]) and len(threads) == 3
     assert ledger.stats.inline_syncs == 1
+
+
+async def test_ledgers_with_writes_due_together_sync_on_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads = record_sync_threads(monkeypatch)
+    shared = SyncLoad()
+    config = LedgerConfig(inline_sync_max_entries=4)
+    first = ManagedLedger.open(tmp_path / "a", config, sync_load=shared)
+    second = ManagedLedger.open(tmp_path / "b", config, sync_load=shared)
+    try:
+        first.append(b"together")
+        second.append(b"together")  # both writes are due in this loop round
+        await asyncio.gather(first.flush(), second.flush())
+        loop_thread = threading.current_thread().name
+        assert loop_thread not in threads[:1]  # the first did not make the other wait
+        assert shared.writes_due == 0
+        threads.clear()
+        await asyncio.sleep(0)
+        second.append(b"alone")
+        await second.flush()
+        assert threads == [loop_thread]
+    finally:
+        await first.close()
+        await second.close()

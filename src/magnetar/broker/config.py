@@ -23,7 +23,8 @@ class BrokerConfig:
     sync_policy: str = "always"  # "always" (fsync + group commit) or "interval"
     sync_interval: float = 0.05
     # "always": fsync groups of at most this many entries on the loop thread, while
-    # fsyncs take under inline_sync_max_seconds (moving average); else on a worker.
+    # fsyncs take under inline_sync_max_seconds (moving average) and no other topic
+    # has a write due in the same loop round; else on worker threads.
     inline_sync_max_entries: int = 4
     inline_sync_max_seconds: float = 0.001
     # Zeros reserved ahead of the writes in segment files (fallocate), so that an

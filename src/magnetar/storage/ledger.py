@@ -55,6 +55,7 @@ from magnetar.storage.fsutil import fdatasync, fsync_dir, preallocate, pwritev_a
 from magnetar.storage.record import HEADER, HEADER_SIZE, MAX_DATA_SIZE, crc32c
 from magnetar.storage.recovery import create_segment_file, recover_segments
 from magnetar.storage.segment import Segment, segment_path
+from magnetar.storage.sync_load import SyncLoad
 
 logger = logging.getLogger("magnetar.storage")
 
@@ -72,11 +73,12 @@ class LedgerConfig:
     sync_interval: float = 0.05
     # "always" only: a group of at most this many entries, with no sync running, is
     # fdatasynced on the loop thread itself, right after on_written has put it on the
-    # wire for readers, as long as fdatasync is fast (a moving average under
-    # inline_sync_max_seconds). A quiet ledger on a fast disk saves the thread
+    # wire for readers, while syncs are fast (their moving average is under
+    # inline_sync_max_seconds) and no other ledger sharing the SyncLoad has a write
+    # due in the same loop round. A lone quiet ledger on a fast disk saves the thread
     # hand-offs, whose wake-ups and GIL transfers cost more than the loop loses while
-    # it waits; a busy ledger (larger groups) or a slow disk keeps the loop free while
-    # a worker syncs. 0 disables.
+    # it waits; a busy ledger (larger groups), ledgers busy together (their syncs
+    # overlap on workers), or a slow disk keep the loop free. 0 disables.
     inline_sync_max_entries: int = 4
     inline_sync_max_seconds: float = 0.001
     # Reserve segment space ahead of the writes (zeros, with fallocate) in steps that
@@ -139,10 +141,12 @@ class ManagedLedger:
 
     @classmethod
     def open(cls, directory: Path, config: LedgerConfig, *,
-             executor: Executor | None = None) -> ManagedLedger:
+             executor: Executor | None = None,
+             sync_load: SyncLoad | None = None) -> ManagedLedger:
         """Open (creating if needed) the ledger in ``directory`` and recover its segments.
 
         ``executor`` runs the fdatasyncs; None means the event loop's default executor.
+        ``sync_load`` is shared by the ledgers on one disk and loop (None: its own).
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -153,10 +157,11 @@ class ManagedLedger:
         except BaseException:
             os.close(lock_fd)
             raise
-        return cls(directory, config, segments, lock_fd, executor)
+        return cls(directory, config, segments, lock_fd, executor, sync_load)
 
     def __init__(self, directory: Path, config: LedgerConfig, segments: list[Segment],
-                 lock_fd: int, executor: Executor | None) -> None:
+                 lock_fd: int, executor: Executor | None,
+                 sync_load: SyncLoad | None = None) -> None:
         """Use ``ManagedLedger.open``; this only wires up already recovered segments."""
         self.directory = directory
         self.config = config
@@ -169,7 +174,7 @@ class ManagedLedger:
         # fdatasync): such entries survive a crash of this process, not of the machine.
         self.on_written: Callable[[int], None] | None = None
         self._reserve_max = config.reserve_max_bytes
-        self._sync_seconds = 0.0  # moving average of fdatasync durations
+        self._sync_load = sync_load if sync_load is not None else SyncLoad()
         self.error: BaseException | None = None
 
         self._ledger_dir = directory / "ledger"
@@ -269,6 +274,7 @@ class ManagedLedger:
             loop = asyncio.get_running_loop()
             self._loop = loop
             self._write_scheduled = True
+            self._sync_load.writes_due += 1
             loop.call_soon(self._write_soon)
         return entry_id
 
@@ -298,6 +304,7 @@ class ManagedLedger:
 
     def _write_soon(self) -> None:
         self._write_scheduled = False
+        self._sync_load.writes_due -= 1
         self._write_pending()
 
     def _write_pending(self) -> None:
@@ -420,7 +427,9 @@ class ManagedLedger:
             if (
                 self._always
                 and written - self._synced_id <= self.config.inline_sync_max_entries
-                and self._sync_seconds <= self.config.inline_sync_max_seconds
+                and self._sync_load.allows_inline(
+                    self.config.inline_sync_max_seconds, self._write_scheduled
+                )
             ):
                 self._sync_inline(written)
                 return
@@ -437,13 +446,10 @@ class ManagedLedger:
         except OSError as exc:
             self._fail(exc)
             return
-        self._observe_sync(time.perf_counter() - started)
+        self._sync_load.observe(time.perf_counter() - started)
         self.stats.syncs += 1
         self.stats.inline_syncs += 1
         self._synced(target)
-
-    def _observe_sync(self, seconds: float) -> None:
-        self._sync_seconds += (seconds - self._sync_seconds) * 0.25
 
     def _sync_io(self, fd: int) -> float:
         """Worker thread: make everything written to the active segment durable;
@@ -488,7 +494,7 @@ class ManagedLedger:
         if exc is not None:
             self._fail(exc)
             return
-        self._observe_sync(job.result())
+        self._sync_load.observe(job.result())
         self.stats.syncs += 1
         self._synced(target)
 

@@ -24,6 +24,7 @@ from magnetar.storage.errors import StorageCorruption
 from magnetar.storage.fsutil import atomic_write, fsync_dir
 from magnetar.storage.ledger import LedgerConfig, ManagedLedger
 from magnetar.storage.metadata import TopicMetadata
+from magnetar.storage.sync_load import SyncLoad
 
 DOMAINS = ("persistent", "non-persistent")
 PARTITIONED_DIR = "partitioned"
@@ -59,6 +60,7 @@ class Store:
         self.root = Path(root)
         self.config = config
         self._executor = executor  # for the ledgers' fdatasyncs; None = loop default
+        self._sync_load = SyncLoad()  # one disk, one loop: the ledgers judge it together
         self.root.mkdir(parents=True, exist_ok=True)
 
     def topic_dir(self, topic: str) -> Path:
@@ -66,7 +68,9 @@ class Store:
         return self.root / domain / tenant / namespace / quote_name(local)
 
     def open_ledger(self, topic: str) -> ManagedLedger:
-        return ManagedLedger.open(self.topic_dir(topic), self.config, executor=self._executor)
+        return ManagedLedger.open(
+            self.topic_dir(topic), self.config, executor=self._executor, sync_load=self._sync_load
+        )
 
     def topic_metadata(self, topic: str) -> TopicMetadata:
         return TopicMetadata.load(self.topic_dir(topic) / METADATA_FILE)
