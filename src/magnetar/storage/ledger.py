@@ -10,7 +10,8 @@ The write path is the broker's publish hot path:
   commit), then hands the new entries to ``on_written`` (readers that may see them
   before they are durable);
 - under ``"always"`` a sync job covers everything written so far: a small group is
-  fdatasynced on the loop thread at once, a larger one in a worker thread.  Appends
+  fdatasynced on the loop thread at once (see ``LedgerConfig``), a larger one in a
+  worker thread.  Appends
   that arrive while a worker syncs are written and wait for the next job, so one
   fdatasync serves every entry that arrived meanwhile (group commit).  When the sync
   is done ``last_confirmed_entry_id`` advances and the callbacks fire in order;
@@ -18,9 +19,10 @@ The write path is the broker's publish hot path:
   fdatasync every ``sync_interval`` seconds while there is unsynced data.
 
 Rolling to a new segment is a worker job as well: cut the full segment's reserve,
-fdatasync it, create its successor, fsync the directory.  Because a successor only exists once its
-predecessor is durable, recovery may treat damage anywhere but in the last segment as
-corruption.  At most one job (sync or roll) runs at a time for a ledger.
+fdatasync it, create its successor, fsync the directory.  Because a successor only
+exists once its predecessor is durable, recovery may treat damage anywhere but in the
+last segment as corruption.  At most one job (sync or roll) runs at a time for a
+ledger.
 """
 
 from __future__ import annotations
