@@ -11,10 +11,10 @@ The write path is the broker's publish hot path:
   before they are durable);
 - under ``"always"`` a sync job covers everything written so far: a small group is
   fdatasynced on the loop thread at once (see ``LedgerConfig``), a larger one in a
-  worker thread.  Appends
-  that arrive while a worker syncs are written and wait for the next job, so one
-  fdatasync serves every entry that arrived meanwhile (group commit).  When the sync
-  is done ``last_confirmed_entry_id`` advances and the callbacks fire in order;
+  worker thread.  Appends that arrive while a worker syncs are written and wait for
+  the next job, so one fdatasync serves every entry that arrived meanwhile (group
+  commit).  When the sync is done ``last_confirmed_entry_id`` advances and the
+  callbacks fire in order;
 - under ``"interval"`` the callbacks fire right after the write and a timer runs an
   fdatasync every ``sync_interval`` seconds while there is unsynced data.
 
