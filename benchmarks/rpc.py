@@ -18,7 +18,9 @@ same broker in the same run:
   without waiting for its reply's receipt, the fastest variant of the pattern.)
 
 Figures: sequential latency (one request at a time, after a warm-up) p50/p99,
-and throughput with ``--in-flight`` requests outstanding at all times.
+throughput with ``--in-flight`` requests outstanding at all times, and the CPU time
+each process (broker, responder, requester) spent per request in that throughput
+window (from /proc on Linux), which shows where the work is.
 
 Without ``--service-url`` one broker is started as a subprocess (fresh temporary
 data dir, the durable default sync policy ``always``: fsync with group commit
@@ -78,10 +80,11 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 @contextlib.contextmanager
-def broker_url(args: argparse.Namespace) -> Iterator[str]:
-    """The service URL to measure against: given, or a fresh subprocess broker."""
+def broker_url(args: argparse.Namespace) -> Iterator[tuple[str, int | None]]:
+    """The service URL to measure against (given, or a fresh subprocess broker) and
+    the broker's pid when it is ours."""
     if args.service_url:
-        yield args.service_url
+        yield args.service_url, None
         return
     if not args.profile_broker:
         settings: dict[str, Any] = {}
@@ -90,7 +93,8 @@ def broker_url(args: argparse.Namespace) -> Iterator[str]:
         with EmbeddedBroker(
             mode="subprocess", sync_policy=args.sync_policy, log_level="WARNING", **settings
         ) as broker:
-            yield broker.service_url
+            assert broker.process is not None
+            yield broker.service_url, broker.process.pid
         return
     # The same broker, under cProfile (EmbeddedBroker cannot add the -m cProfile).
     data_dir = tempfile.mkdtemp(prefix="magnetar-rpc-bench-")
@@ -128,7 +132,7 @@ def broker_url(args: argparse.Namespace) -> Iterator[str]:
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise RuntimeError("profiled broker did not start") from None
                 time.sleep(0.05)
-        yield f"pulsar://127.0.0.1:{port}"
+        yield f"pulsar://127.0.0.1:{port}", process.pid
     finally:
         process.send_signal(signal.SIGTERM)  # a clean exit, so cProfile writes its file
         try:
@@ -203,7 +207,7 @@ def responder_main(
 
 
 @contextlib.contextmanager
-def responder(kind: str, url: str, topic: str, profile: str | None) -> Iterator[None]:
+def responder(kind: str, url: str, topic: str, profile: str | None) -> Iterator[int | None]:
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
     process = ctx.Process(
@@ -215,13 +219,55 @@ def responder(kind: str, url: str, topic: str, profile: str | None) -> Iterator[
         while not ready.wait(0.1):
             if not process.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"the {kind} responder did not start")
-        yield
+        yield process.pid
     finally:
         stop.set()
         process.join(30)
         if process.is_alive():
             process.terminate()
             process.join(5)
+
+
+# ---------------------------------------------------------------- CPU accounting
+
+
+class CpuMeter:
+    """CPU time per request of each process, over the throughput window.
+
+    Other processes are read from /proc (Linux; user + system, all threads, in clock
+    ticks, so a window shorter than a second or so is coarse); this one from
+    ``os.times``.
+    """
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = {role: pid for role, pid in pids.items() if pid is not None}
+        self._start: dict[str, float] = {}
+        self.per_request_us: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        times: dict[str, float] = {}
+        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        for role, pid in self.pids.items():
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            times[role] = (int(fields[11]) + int(fields[12])) / ticks
+        own = os.times()
+        times["requester"] = own.user + own.system
+        return times
+
+    def start(self) -> None:
+        self._start = self._read()
+
+    def stop(self, requests: int) -> None:
+        end = self._read()
+        self.per_request_us = {
+            role: (end[role] - began) / requests * 1e6
+            for role, began in self._start.items()
+            if role in end
+        }
 
 
 # ---------------------------------------------------------------- the requesters
@@ -235,17 +281,32 @@ class Figures:
     p99_ms: float
     mean_ms: float
     rate: float  # requests per second with the window full
+    cpu_us: dict[str, float]  # CPU per request in that window, by process (may be empty)
 
 
 async def _measure(
-    request: RequestFn, payload: bytes, warmup: int, n: int, in_flight: int, total: int
+    request: RequestFn, payload: bytes, args: argparse.Namespace, meter: CpuMeter
 ) -> Figures:
     async with asyncio.timeout(600):  # a lost reply fails the run instead of hanging it
-        return await _measure_unguarded(request, payload, warmup, n, in_flight, total)
+        return await _measure_unguarded(
+            request,
+            payload,
+            args.warmup,
+            args.requests,
+            args.in_flight,
+            args.throughput_requests,
+            meter,
+        )
 
 
 async def _measure_unguarded(
-    request: RequestFn, payload: bytes, warmup: int, n: int, in_flight: int, total: int
+    request: RequestFn,
+    payload: bytes,
+    warmup: int,
+    n: int,
+    in_flight: int,
+    total: int,
+    meter: CpuMeter,
 ) -> Figures:
     for _ in range(warmup):
         if await request(payload) != payload:
@@ -272,32 +333,37 @@ async def _measure_unguarded(
 
     for _ in range(2):  # a short warm-up of the window
         await asyncio.gather(*(request(payload) for _ in range(in_flight)))
+    meter.start()
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(in_flight)))
     elapsed = time.perf_counter() - started
+    meter.stop(total)
     if wrong[0]:
         raise AssertionError(f"{wrong[0]} wrong replies")
-    return Figures(p50 * 1000, p99 * 1000, statistics.fmean(latencies) * 1000, total / elapsed)
+    return Figures(
+        p50 * 1000,
+        p99 * 1000,
+        statistics.fmean(latencies) * 1000,
+        total / elapsed,
+        meter.per_request_us,
+    )
 
 
-async def bench_pip371(url: str, topic: str, args: argparse.Namespace) -> Figures:
+async def bench_pip371(
+    url: str, topic: str, args: argparse.Namespace, meter: CpuMeter
+) -> Figures:
     async with Client(url) as client:
         producer = await client.create_producer(topic, max_pending_messages=10_000)
 
         async def request(payload: bytes) -> bytes:
             return (await producer.request(payload, timeout=30)).value
 
-        return await _measure(
-            request,
-            b"x" * args.size,
-            args.warmup,
-            args.requests,
-            args.in_flight,
-            args.throughput_requests,
-        )
+        return await _measure(request, b"x" * args.size, args, meter)
 
 
-async def bench_two_topic(url: str, topic: str, args: argparse.Namespace) -> Figures:
+async def bench_two_topic(
+    url: str, topic: str, args: argparse.Namespace, meter: CpuMeter
+) -> Figures:
     reply_topic = topic + "-replies"
     async with Client(url) as client:
         replies = await client.subscribe(
@@ -327,30 +393,27 @@ async def bench_two_topic(url: str, topic: str, args: argparse.Namespace) -> Fig
             return await future  # (no per-request timer: the cheapest variant; see _measure)
 
         try:
-            return await _measure(
-                request,
-                b"x" * args.size,
-                args.warmup,
-                args.requests,
-                args.in_flight,
-                args.throughput_requests,
-            )
+            return await _measure(request, b"x" * args.size, args, meter)
         finally:
             collector.cancel()
 
 
+BenchFn = Callable[[str, str, argparse.Namespace, CpuMeter], Coroutine[Any, Any, Figures]]
+
+
 def run_requester(
-    fn: Callable[[str, str, argparse.Namespace], Coroutine[Any, Any, Figures]],
+    fn: BenchFn,
     url: str,
     topic: str,
     args: argparse.Namespace,
+    meter: CpuMeter,
     profile: cProfile.Profile | None,
 ) -> Figures:
     if profile is None:
-        return _run(fn(url, topic, args))
+        return _run(fn(url, topic, args, meter))
     profile.enable()
     try:
-        return _run(fn(url, topic, args))
+        return _run(fn(url, topic, args, meter))
     finally:
         profile.disable()
 
@@ -379,19 +442,20 @@ def main() -> None:
     args = parser.parse_args()
 
     client_profile = cProfile.Profile() if args.profile_client else None
-    patterns = [
+    patterns: list[tuple[str, str, BenchFn]] = [
         ("PIP-371", "pip371", bench_pip371),
         ("two-topic", "two-topic", bench_two_topic),
     ]
     results: dict[str, Figures] = {}
-    with broker_url(args) as url:
+    with broker_url(args) as (url, broker_pid):
         for label, kind, fn in patterns:
             if args.only and args.only != kind:
                 continue
             topic = f"persistent://public/default/rpc-bench-{kind}-{uuid.uuid4().hex[:8]}"
             profile = f"{args.profile_responder}.{kind}" if args.profile_responder else None
-            with responder(kind, url, topic, profile):
-                results[label] = run_requester(fn, url, topic, args, client_profile)
+            with responder(kind, url, topic, profile) as responder_pid:
+                meter = CpuMeter({"broker": broker_pid, "responder": responder_pid})
+                results[label] = run_requester(fn, url, topic, args, meter, client_profile)
             print(f"  {label}: done", file=sys.stderr, flush=True)
     if client_profile is not None:
         client_profile.dump_stats(args.profile_client)
@@ -420,6 +484,17 @@ def main() -> None:
             f"{ours.mean_ms / theirs.mean_ms:>9.2f}{ours.rate / theirs.rate:>24.2f}"
             "   (PIP-371 / two-topic)"
         )
+    if any(fig.cpu_us for fig in results.values()):
+        roles = ["broker", "responder", "requester"]
+        print()
+        print(f"CPU per request in the {args.in_flight}-in-flight window, microseconds:")
+        print(f"{'pattern':<12}" + "".join(f"{role:>11}" for role in roles) + f"{'total':>11}")
+        for label, fig in results.items():
+            cells = "".join(
+                f"{fig.cpu_us[role]:>11.1f}" if role in fig.cpu_us else f"{'-':>11}"
+                for role in roles
+            )
+            print(f"{label:<12}{cells}{sum(fig.cpu_us.values()):>11.1f}")
     if "PIP-371" in results:
         fig = results["PIP-371"]
         print()
