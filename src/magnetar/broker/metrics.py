@@ -32,6 +32,11 @@ class _TopicCollector(Collector):
         subs = GaugeMetricFamily("pulsar_subscriptions_count", "Subscriptions", labels=labels)
         consumers = GaugeMetricFamily("pulsar_consumers_count", "Consumers", labels=labels)
         epoch = GaugeMetricFamily("magnetar_topic_epoch", "PIP-68 topic epoch", labels=labels)
+        fsyncs = CounterMetricFamily(
+            "magnetar_storage_fsyncs",
+            "fdatasyncs of the topic's log, on the event loop (small groups) or a worker",
+            labels=[*labels, "thread"],
+        )
         topics = GaugeMetricFamily("pulsar_topics_count", "Loaded topics", labels=["cluster"])
         conns = GaugeMetricFamily(
             "pulsar_active_connections", "Open client connections", labels=["cluster"]
@@ -49,10 +54,24 @@ class _TopicCollector(Collector):
                 values, sum(len(s.consumers) for s in topic.subscriptions.values())
             )
             epoch.add_metric(values, topic.metadata.topic_epoch)
+            ledger_stats = topic.ledger.stats
+            fsyncs.add_metric([*values, "loop"], ledger_stats.inline_syncs)
+            fsyncs.add_metric([*values, "worker"], ledger_stats.syncs - ledger_stats.inline_syncs)
         topics.add_metric(["standalone"], len(self.service.topics))
         conns.add_metric(["standalone"], len(self.service.connections))
         yield from (msg_in, bytes_in, msg_out, storage, backlog, producers, subs, consumers)
-        yield from (epoch, topics, conns)
+        fsync_time = GaugeMetricFamily(
+            "magnetar_storage_fsync_seconds",
+            "Moving average of an fdatasync's duration (persistent topics)",
+        )
+        fsync_time.add_metric([], self.service.store.sync_load.mean_seconds)
+        poller = self.service.idle_poller
+        idle_polls = CounterMetricFamily(
+            "magnetar_idle_poll_rounds",
+            "Event loop rounds spent polling after input instead of sleeping",
+        )
+        idle_polls.add_metric([], poller.rounds if poller is not None else 0)
+        yield from (epoch, fsyncs, topics, conns, fsync_time, idle_polls)
 
 
 class BrokerMetrics:

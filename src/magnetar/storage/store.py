@@ -63,6 +63,11 @@ class Store:
         self._sync_load = SyncLoad()  # one disk, one loop: the ledgers judge it together
         self.root.mkdir(parents=True, exist_ok=True)
 
+    @property
+    def sync_load(self) -> SyncLoad:
+        """How fdatasync fares lately for this store's ledgers (shared by them)."""
+        return self._sync_load
+
     def topic_dir(self, topic: str) -> Path:
         domain, tenant, namespace, local = parse_topic(topic)
         return self.root / domain / tenant / namespace / quote_name(local)

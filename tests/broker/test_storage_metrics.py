@@ -1,0 +1,63 @@
+"""Storage and event-loop metrics on /metrics: where fsyncs ran, how long they take,
+and how much the loop polled instead of sleeping."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+import pulsar
+
+from magnetar.testing import EmbeddedBroker
+
+
+def scrape(broker: EmbeddedBroker) -> str:
+    with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+        if all(found.get(key) == value for key, value in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {name} {labels} in the metrics")
+
+
+def test_fsyncs_per_topic_and_their_mean_duration(topic: str) -> None:
+    # However slow this machine's disk, let small groups qualify for the loop.
+    with EmbeddedBroker(admin=True, inline_sync_max_seconds=10.0) as broker:
+        client = pulsar.Client(
+            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        )
+        try:
+            producer = client.create_producer(topic)
+            for index in range(5):
+                producer.send(b"m%d" % index)  # one at a time: each is a small group
+        finally:
+            client.close()
+        text = scrape(broker)
+    on_loop = sample(text, "magnetar_storage_fsyncs_total", topic=topic, thread="loop")
+    on_worker = sample(text, "magnetar_storage_fsyncs_total", topic=topic, thread="worker")
+    assert on_loop + on_worker >= 5  # each send waited for its own fsync
+    assert on_loop >= 5  # a lone small group is synced on the loop
+    assert sample(text, "magnetar_storage_fsync_seconds") > 0
+
+
+def test_a_standalone_broker_polls_after_input_and_a_thread_one_does_not(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    assert sample(scrape(broker), "magnetar_idle_poll_rounds_total") == 0  # thread mode
+    with EmbeddedBroker(mode="subprocess", admin=True) as standalone:
+        client = pulsar.Client(
+            standalone.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        )
+        try:
+            producer = client.create_producer(topic)
+            for _ in range(3):
+                producer.send(b"x")
+        finally:
+            client.close()
+        assert sample(scrape(standalone), "magnetar_idle_poll_rounds_total") > 0
