@@ -45,12 +45,26 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_latency_settings_come_from_env_and_flags() -> None:
+    config = load_config(
+        None,
+        env={"MAGNETAR_INLINE_SYNC_MAX_SECONDS": "0.002", "MAGNETAR_IDLE_POLL_US": "50"},
+        overrides={"idle_poll_us": 300},
+    )
+    assert config.idle_poll_us == 300
+    assert config.inline_sync_max_seconds == 0.002
+    assert load_config(None, env={}).idle_poll_us == 200
+    with pytest.raises(ValueError, match="idle_poll_us"):
+        load_config(None, env={"MAGNETAR_IDLE_POLL_US": "-1"})
+
+
 def test_help_everywhere() -> None:
     top = run_cli("--help")
     assert top.returncode == 0 and "serve" in top.stdout
     serve = run_cli("serve", "--help")
     assert serve.returncode == 0
-    for flag in ("--port", "--data-dir", "--sync-policy", "--config", "--admin-port"):
+    flags = ("--port", "--data-dir", "--sync-policy", "--config", "--admin-port", "--idle-poll-us")
+    for flag in flags:
         assert flag in serve.stdout
 
 
