@@ -26,6 +26,17 @@ def _topic(request: web.Request) -> TopicName:
         raise web.HTTPPreconditionFailed(reason=str(exc)) from None
 
 
+def _domain(request: web.Request) -> str:
+    # The topic routes reject a bad domain through TopicName; the namespace routes must too,
+    # or any other word would list the non-persistent topics.
+    domain = request.match_info["domain"]
+    if domain not in ("persistent", "non-persistent"):
+        raise web.HTTPPreconditionFailed(
+            reason=f"invalid topic domain {domain!r}: expected persistent or non-persistent"
+        )
+    return domain
+
+
 class AdminServer:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
@@ -75,12 +86,12 @@ class AdminServer:
 
     async def list_topics(self, request: web.Request) -> web.Response:
         ns = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-        mode = 0 if request.match_info["domain"] == "persistent" else 1
+        mode = 0 if _domain(request) == "persistent" else 1
         return web.json_response(self.service.topics_of_namespace(ns, mode))
 
     async def list_partitioned(self, request: web.Request) -> web.Response:
         prefix = (
-            f"{request.match_info['domain']}://{request.match_info['tenant']}/"
+            f"{_domain(request)}://{request.match_info['tenant']}/"
             f"{request.match_info['namespace']}/"
         )
         names = [n for n in self.service.store.list_partitioned() if n.startswith(prefix)]
@@ -110,7 +121,10 @@ class AdminServer:
 
     async def create_topic(self, request: web.Request) -> web.Response:
         name = _topic(request)
-        self.service.get_topic(name, create=True)
+        try:
+            self.service.get_topic(name, create=True)
+        except ValueError as exc:  # a partitioned topic has that name; Pulsar says 409 too
+            raise web.HTTPConflict(reason=str(exc)) from None
         return web.Response(status=204)
 
     async def terminate_topic(self, request: web.Request) -> web.Response:
@@ -119,11 +133,21 @@ class AdminServer:
             last = self.service.terminate_topic(str(name))
         except LookupError as exc:
             raise web.HTTPNotFound(reason=str(exc)) from None
+        except ValueError:  # partitioned: Pulsar answers 405 with this reason
+            raise web.HTTPMethodNotAllowed(
+                request.method, [], reason="Termination of a partitioned topic is not allowed"
+            ) from None
         return web.json_response({"lastMessageId": last})
 
     async def delete_topic(self, request: web.Request) -> web.Response:
         name = _topic(request)
         force = request.query.get("force", "false") == "true"
+        # As in Pulsar: a partitioned topic is not deleted here (this would drop nothing and
+        # answer 204), and deleting a topic that does not exist is a 404, not a silent 204.
+        if self.service.store.get_partitions(str(name)):
+            raise web.HTTPConflict(reason=f"topic {name} is a partitioned topic")
+        if self.service.find_topic(name) is None:
+            raise web.HTTPNotFound(reason=f"topic {name} not found")
         try:
             await self.service.delete_topic(str(name), force=force)
         except RuntimeError as exc:
