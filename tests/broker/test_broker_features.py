@@ -106,6 +106,23 @@ def test_terminated_topic_refuses_producers_and_keeps_its_messages(
     assert [consumer.receive(5000).data() for _ in range(2)] == [b"1", b"2"]
 
 
+def test_the_official_client_at_the_end_of_a_terminated_topic_keeps_its_connection(
+    broker: EmbeddedBroker, client: pulsar.Client, topic: str
+) -> None:
+    # Its C++ core (4.2) drops the connection on REACHED_END_OF_TOPIC and reconnects
+    # every 100 ms, getting its unacked messages again each time; it is not told.
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic)
+    producer.send(b"only")
+    call_in_broker(broker, lambda: broker.service.terminate_topic(topic))  # type: ignore[union-attr]
+    assert consumer.receive(5000).data() == b"only"
+    assert broker.service is not None
+    connections = set(broker.service.connections)
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(600)  # no redelivery: the connection was not dropped
+    assert set(broker.service.connections) == connections
+
+
 def test_non_persistent_topic(client: pulsar.Client) -> None:
     name = f"non-persistent://public/default/np-{time.time_ns()}"
     consumer = client.subscribe(name, "s")

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from magnetar import __version__
+from magnetar.broker.client_quirks import understands_end_of_topic
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.entry_info import info_from_metadata
 from magnetar.broker.exclusive import ProducerRefused
@@ -70,6 +71,7 @@ class ServerCnx(asyncio.Protocol):
         self.protocol_version = 0
         self.client_version = ""
         self.supports_request_reply = False
+        self.understands_end_of_topic = False
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self._out: list[bytes] = []
@@ -272,6 +274,9 @@ class ServerCnx(asyncio.Protocol):
         self.client_version = connect.client_version
         self.protocol_version = min(connect.protocol_version, MAX_PROTOCOL_VERSION)
         self.supports_request_reply = connect.feature_flags.supports_request_reply
+        self.understands_end_of_topic = understands_end_of_topic(
+            self.client_version, self.protocol_version
+        )
         log.debug(
             "connection %s from %s: client %s, protocol v%d",
             self.id,

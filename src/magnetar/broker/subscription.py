@@ -391,6 +391,8 @@ class Subscription:
         for consumer in self.consumers:
             if not consumer.told_end_of_topic:
                 consumer.told_end_of_topic = True
+                if not consumer.cnx.understands_end_of_topic:
+                    continue  # it would drop the connection (see client_quirks)
                 consumer.cnx.write_command(
                     BaseCommand(
                         type=BaseCommand.REACHED_END_OF_TOPIC,
