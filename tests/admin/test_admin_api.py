@@ -541,3 +541,22 @@ def test_non_persistent_domain_routes(
     assert http(admin_broker, "DELETE", f"{NP_NS}/{local}").status == 204
     assert full not in ok_json(admin_broker, NP_NS)
     assert http(admin_broker, "GET", f"{NP_NS}/{local}/stats").status == 404
+
+
+def test_put_creates_a_topic_even_where_clients_may_not(local: str) -> None:
+    with EmbeddedBroker(admin=True, allow_auto_topic_creation=False) as broker:
+        client = pulsar.Client(
+            broker.service_url,
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            operation_timeout_seconds=5,
+        )
+        try:
+            with pytest.raises(pulsar.PulsarException):
+                client.create_producer(f"persistent://public/default/{local}-unmade")
+            assert http(broker, "PUT", f"{NS}/{local}").status == 204
+            producer = client.create_producer(f"persistent://public/default/{local}")
+            producer.send(b"made by the admin")
+            stats = http(broker, "GET", f"{NS}/{local}/stats").json()
+            assert stats["msgInCounter"] == 1
+        finally:
+            client.close()

@@ -122,7 +122,7 @@ class AdminServer:
     async def create_topic(self, request: web.Request) -> web.Response:
         name = _topic(request)
         try:
-            self.service.get_topic(name, create=True)
+            self.service.get_topic(name, create=True, explicit=True)
         except ValueError as exc:  # a partitioned topic has that name; Pulsar says 409 too
             raise web.HTTPConflict(reason=str(exc)) from None
         return web.Response(status=204)

@@ -166,8 +166,12 @@ class BrokerService:
     def _exists(self, name: TopicName) -> bool:
         return str(name) in self.topics or self._store_for(name).topic_dir(str(name)).exists()
 
-    def get_topic(self, name: TopicName, *, create: bool = True) -> Topic:
-        """The loaded topic, loading or creating it. LookupError if absent and not created."""
+    def get_topic(self, name: TopicName, *, create: bool = True, explicit: bool = False) -> Topic:
+        """The loaded topic, loading or creating it. LookupError if absent and not created.
+
+        ``create`` lets a client's use create it, where ``allow_auto_topic_creation``
+        permits; ``explicit`` (an admin's request) creates it regardless.
+        """
         full = str(name)
         topic = self.topics.get(full)
         if topic is not None:
@@ -182,7 +186,8 @@ class BrokerService:
                 name.partition_index >= 0
                 and (self.store.get_partitions(str(base)) or 0) > name.partition_index
             )
-            if not is_known_partition and not (create and self.config.allow_auto_topic_creation):
+            allowed = create and (explicit or self.config.allow_auto_topic_creation)
+            if not is_known_partition and not allowed:
                 raise LookupError(f"topic {full} does not exist")
             log.info("creating topic %s", full)
         store = self._store_for(name)
