@@ -137,7 +137,10 @@ class AdminServer:
             raise web.HTTPMethodNotAllowed(
                 request.method, [], reason="Termination of a partitioned topic is not allowed"
             ) from None
-        return web.json_response({"lastMessageId": last})
+        # Pulsar answers with the last message id itself, as its REST API spells one.
+        return web.json_response(
+            {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": -1}
+        )
 
     async def delete_topic(self, request: web.Request) -> web.Response:
         name = _topic(request)

@@ -17,6 +17,7 @@ from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.rpc import ReplyRouter
 from magnetar.broker.topic import Topic
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 from magnetar.storage import LedgerConfig, Store
 
@@ -269,14 +270,15 @@ class BrokerService:
             out.append(full)
         return sorted(out)
 
-    def terminate_topic(self, topic: str) -> str:
-        """No more messages may be published; consumers learn when they reach the end."""
+    def terminate_topic(self, topic: str) -> MessageId:
+        """No more messages may be published; consumers learn when they reach the end.
+        Returns the id of the last message."""
         loaded = self.get_topic(TopicName.parse(topic), create=False)
         last = loaded.terminate()
         for producer in list(loaded.producers.values()):
             producer.cnx.close_producer_by_broker(producer)
         log.info("terminated topic %s at %s", loaded.name, last)
-        return str(last)
+        return last
 
     async def delete_topic(self, topic: str, *, force: bool = False) -> None:
         name = TopicName.parse(topic)
