@@ -295,20 +295,20 @@ def test_partitioned_topic_is_created_and_served_to_the_official_client(
 
 
 @pytest.mark.parametrize(
-    ("body", "reason"),
+    ("body", "status", "reason"),
     [
-        (b"abc", "invalid literal for int() with base 10: 'abc'"),
-        (b"", "invalid literal for int() with base 10: ''"),
-        (b"2.5", "invalid literal for int() with base 10: '2.5'"),
-        (b"0", "a partitioned topic needs at least one partition"),
-        (b"-2", "a partitioned topic needs at least one partition"),
+        (b"abc", 400, "the body must be the number of partitions, not 'abc'"),
+        (b"", 400, "the body must be the number of partitions, not ''"),
+        (b"2.5", 400, "the body must be the number of partitions, not '2.5'"),
+        (b"0", 406, "Number of partitions should be more than 0"),
+        (b"-2", 406, "Number of partitions should be more than 0"),
     ],
 )
 def test_bad_partition_counts_are_refused_and_create_nothing(
-    admin_broker: EmbeddedBroker, local: str, body: bytes, reason: str
+    admin_broker: EmbeddedBroker, local: str, body: bytes, status: int, reason: str
 ) -> None:
     reply = http(admin_broker, "PUT", f"{NS}/{local}/partitions", body)
-    assert (reply.status, reply.reason) == (412, reason)
+    assert (reply.status, reply.reason) == (status, reason)
     assert reason in reply.body
     assert ok_json(admin_broker, f"{NS}/{local}/partitions") == {"partitions": 0}
     assert f"persistent://public/default/{local}" not in ok_json(admin_broker, f"{NS}/partitioned")
@@ -339,8 +339,8 @@ def test_put_creates_a_non_partitioned_topic(admin_broker: EmbeddedBroker, local
     assert (stats["msgInCounter"], stats["entries"]) == (0, 0)
     assert (stats["publishers"], stats["subscriptions"]) == ([], {})
     assert ok_json(admin_broker, f"{NS}/{local}/partitions") == {"partitions": 0}
-    # Creating it again is accepted (Pulsar would answer 409 here).
-    assert http(admin_broker, "PUT", f"{NS}/{local}").status == 204
+    again = http(admin_broker, "PUT", f"{NS}/{local}")
+    assert (again.status, again.reason) == (409, f"topic {full} already exists")
 
 
 def test_put_on_a_partitioned_topic_name_is_409(admin_broker: EmbeddedBroker, local: str) -> None:
@@ -461,6 +461,31 @@ def test_delete_of_a_partitioned_topic_is_409_and_keeps_it(
     assert (reply.status, reply.reason) == (409, f"topic {base} is a partitioned topic")
     assert ok_json(admin_broker, f"{NS}/{local}/partitions") == {"partitions": 2}
     assert f"{base}-partition-1" in ok_json(admin_broker, NS)
+
+
+def test_delete_partitions_removes_every_partition_unless_clients_are_attached(
+    admin_broker: EmbeddedBroker, pulsar_client: pulsar.Client, local: str
+) -> None:
+    base = f"persistent://public/default/{local}"
+    assert http(admin_broker, "PUT", f"{NS}/{local}/partitions", b"3").status == 204
+    producer = pulsar_client.create_producer(base)
+    for index in range(6):
+        producer.send(b"%d" % index, partition_key=str(index))
+
+    busy = http(admin_broker, "DELETE", f"{NS}/{local}/partitions")
+    assert busy.status == 412 and "has connected producers or consumers" in busy.reason
+    assert ok_json(admin_broker, f"{NS}/{local}/partitions") == {"partitions": 3}
+    producer.close()
+
+    assert http(admin_broker, "DELETE", f"{NS}/{local}/partitions").status == 204
+    assert ok_json(admin_broker, f"{NS}/{local}/partitions") == {"partitions": 0}
+    assert base not in ok_json(admin_broker, f"{NS}/partitioned")
+    listed = ok_json(admin_broker, NS)
+    assert not [name for name in listed if name.startswith(f"{base}-partition-")]
+    for index in range(3):
+        assert not topic_dir(admin_broker, f"{local}-partition-{index}").exists()
+    missing = http(admin_broker, "DELETE", f"{NS}/{local}/partitions")
+    assert (missing.status, missing.reason) == (404, f"partitioned topic {base} not found")
 
 
 # ------------------------------------------------------------------ invalid names

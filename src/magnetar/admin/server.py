@@ -53,6 +53,7 @@ class AdminServer:
                 web.get(base + "/{topic}/stats", self.topic_stats),
                 web.get(base + "/{topic}/partitions", self.get_partitions),
                 web.put(base + "/{topic}/partitions", self.create_partitions),
+                web.delete(base + "/{topic}/partitions", self.delete_partitions),
                 web.put(base + "/{topic}", self.create_topic),
                 web.post(base + "/{topic}/terminate", self.terminate_topic),
                 web.delete(base + "/{topic}", self.delete_topic),
@@ -110,8 +111,16 @@ class AdminServer:
 
     async def create_partitions(self, request: web.Request) -> web.Response:
         name = _topic(request)
+        text = await request.text()
         try:
-            count = int(await request.text())
+            count = int(text)
+        except ValueError:
+            raise web.HTTPBadRequest(
+                reason=f"the body must be the number of partitions, not {text!r}"
+            ) from None
+        if count < 1:  # Pulsar's status and words
+            raise web.HTTPNotAcceptable(reason="Number of partitions should be more than 0")
+        try:
             self.service.create_partitioned_topic(str(name), count)
         except FileExistsError as exc:
             raise web.HTTPConflict(reason=str(exc)) from None
@@ -119,8 +128,21 @@ class AdminServer:
             raise web.HTTPPreconditionFailed(reason=str(exc)) from None
         return web.Response(status=204)
 
+    async def delete_partitions(self, request: web.Request) -> web.Response:
+        name = _topic(request)
+        force = request.query.get("force", "false") == "true"
+        try:
+            await self.service.delete_partitioned_topic(str(name), force=force)
+        except LookupError as exc:
+            raise web.HTTPNotFound(reason=str(exc)) from None
+        except RuntimeError as exc:
+            raise web.HTTPPreconditionFailed(reason=str(exc)) from None
+        return web.Response(status=204)
+
     async def create_topic(self, request: web.Request) -> web.Response:
         name = _topic(request)
+        if not self.service.store.get_partitions(str(name)) and self.service.find_topic(name):
+            raise web.HTTPConflict(reason=f"topic {name} already exists")  # as Pulsar
         try:
             self.service.get_topic(name, create=True, explicit=True)
         except ValueError as exc:  # a partitioned topic has that name; Pulsar says 409 too

@@ -285,8 +285,7 @@ class BrokerService:
         full = str(name)
         loaded = self.topics.get(full)
         if loaded is not None:
-            busy = loaded.producers or any(s.consumers for s in loaded.subscriptions.values())
-            if busy and not force:
+            if loaded.has_clients() and not force:
                 raise RuntimeError(f"topic {full} has connected producers or consumers")
             for sub in loaded.subscriptions.values():
                 for consumer in list(sub.consumers):
@@ -296,6 +295,26 @@ class BrokerService:
             await loaded.close()
             del self.topics[full]
         self._store_for(name).delete_topic(full)
+
+    async def delete_partitioned_topic(self, topic: str, *, force: bool = False) -> None:
+        """Delete every partition, then the partitioned topic itself. LookupError if
+        it is not partitioned; RuntimeError (nothing deleted) if clients are attached
+        and not ``force``."""
+        name = TopicName.parse(topic)
+        full = str(name)
+        count = self.store.get_partitions(full)
+        if not count:
+            raise LookupError(f"partitioned topic {full} not found")
+        partitions = [str(name.partition(index)) for index in range(count)]
+        if not force:
+            for partition in partitions:
+                loaded = self.topics.get(partition)
+                if loaded is not None and loaded.has_clients():
+                    raise RuntimeError(f"{partition} has connected producers or consumers")
+        for partition in partitions:
+            await self.delete_topic(partition, force=True)
+        self.store.delete_partitioned(full)
+        log.info("deleted partitioned topic %s (%d partitions)", full, count)
 
     # ------------------------------------------------------------ hooks
 

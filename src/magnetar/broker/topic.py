@@ -263,6 +263,10 @@ class Topic:
         for producer in list(self.producers.values()):
             producer.cnx.close_producer_by_broker(producer)
 
+    def has_clients(self) -> bool:
+        """Producers or consumers are attached."""
+        return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
+
     def terminate(self) -> MessageId:
         self.terminated = True
         self.metadata.properties["terminated"] = "true"
