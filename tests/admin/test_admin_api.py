@@ -302,6 +302,7 @@ def test_partitioned_topic_is_created_and_served_to_the_official_client(
         (b"2.5", 400, "the body must be the number of partitions, not '2.5'"),
         (b"0", 406, "Number of partitions should be more than 0"),
         (b"-2", 406, "Number of partitions should be more than 0"),
+        (b"1001", 412, "Number of partitions should be less than or equal to 1000"),
     ],
 )
 def test_bad_partition_counts_are_refused_and_create_nothing(

@@ -58,6 +58,17 @@ def test_latency_settings_come_from_env_and_flags() -> None:
         load_config(None, env={"MAGNETAR_IDLE_POLL_US": "-1"})
 
 
+def test_default_partitions_must_fit_under_the_cap() -> None:
+    assert load_config(None, env={}).max_partitions_per_topic == 1000
+    with pytest.raises(ValueError, match="max_partitions_per_topic"):
+        load_config(
+            None,
+            env={"MAGNETAR_DEFAULT_PARTITIONS": "8", "MAGNETAR_MAX_PARTITIONS_PER_TOPIC": "4"},
+        )
+    unlimited = load_config(None, env={"MAGNETAR_MAX_PARTITIONS_PER_TOPIC": "0"})
+    assert unlimited.max_partitions_per_topic == 0
+
+
 def test_help_everywhere() -> None:
     top = run_cli("--help")
     assert top.returncode == 0 and "serve" in top.stdout

@@ -43,6 +43,9 @@ class BrokerConfig:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     allow_auto_topic_creation: bool = True
     default_partitions: int = 0  # >0: auto-created topics are partitioned with this count
+    # A partitioned topic may have at most this many partitions (each is a topic with
+    # open files); a typo like 100000 is refused instead of stalling the broker. 0: no cap.
+    max_partitions_per_topic: int = 1000
     keepalive_interval: float = 30.0  # seconds between pings; a peer silent for 2x is dropped
     cursor_flush_interval: float = 1.0
     retention_check_interval: float = 10.0
@@ -74,6 +77,10 @@ class BrokerConfig:
             raise ValueError("max_message_size must be positive")
         if self.default_partitions < 0:
             raise ValueError("default_partitions must be >= 0")
+        if self.max_partitions_per_topic < 0:
+            raise ValueError("max_partitions_per_topic must be >= 0")
+        if 0 < self.max_partitions_per_topic < self.default_partitions:
+            raise ValueError("default_partitions must not exceed max_partitions_per_topic")
         if self.idle_poll_us < 0:
             raise ValueError("idle_poll_us must be >= 0")
 

@@ -214,6 +214,10 @@ class BrokerService:
         """Create ``topic`` with ``partitions`` partitions (Python API; admin REST uses it too)."""
         if partitions < 1:
             raise ValueError("a partitioned topic needs at least one partition")
+        cap = self.config.max_partitions_per_topic
+        if cap and partitions > cap:
+            # Pulsar's words for its maxNumPartitionsPerPartitionedTopic
+            raise ValueError(f"Number of partitions should be less than or equal to {cap}")
         name = TopicName.parse(topic)
         if name.partition_index >= 0:
             raise InvalidTopicName(f"{topic} is itself a partition name")
