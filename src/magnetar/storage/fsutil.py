@@ -24,14 +24,6 @@ except (AttributeError, ValueError, OSError):  # pragma: no cover - not on Linux
     _IOV_MAX = 1024
 
 
-def write_all(fd: int, data: Buffer) -> None:
-    """Write all of ``data`` at the file position, looping over short writes."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 def pwrite_all(fd: int, data: Buffer, offset: int) -> None:
     """Write all of ``data`` at ``offset``, looping over short writes."""
     view = memoryview(data)
@@ -103,7 +95,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        write_all(fd, data)
+        pwrite_all(fd, data, 0)
         os.fsync(fd)
     finally:
         os.close(fd)
