@@ -44,7 +44,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -58,7 +57,7 @@ from typing import Any, TypeVar
 
 from magnetar.client import Client
 from magnetar.testing import EmbeddedBroker
-from magnetar.testing.embedded import free_port
+from magnetar.testing.embedded import free_port, wait_until_listening
 
 try:
     import uvloop
@@ -123,15 +122,7 @@ def broker_url(args: argparse.Namespace) -> Iterator[tuple[str, int | None]]:
         cmd += ["--idle-poll-us", str(args.idle_poll_us)]
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("profiled broker did not start") from None
-                time.sleep(0.05)
+        wait_until_listening(port, process, 15)
         yield f"pulsar://127.0.0.1:{port}", process.pid
     finally:
         process.send_signal(signal.SIGTERM)  # a clean exit, so cProfile writes its file

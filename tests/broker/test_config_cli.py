@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from magnetar.broker.config import load_config
-from magnetar.testing.embedded import free_port
+from magnetar.testing.embedded import free_port, wait_until_listening
 
 
 def test_defaults_file_env_flags_layer_in_order(tmp_path: Path) -> None:
@@ -104,13 +102,7 @@ def test_serve_logs_json_and_shuts_down_cleanly_on_sigterm(tmp_path: Path) -> No
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_until_listening(port, process, 20)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=20)
     finally:

@@ -27,6 +27,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_until_listening(
+    port: int, process: subprocess.Popen[Any], timeout: float, host: str = "127.0.0.1"
+) -> None:
+    """Return once ``process`` accepts connections on ``port``; RuntimeError if it
+    exits first, TimeoutError if ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"broker process exited with {process.returncode}")
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise TimeoutError("broker process did not start listening in time")
+
+
 def _new_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
@@ -210,17 +227,11 @@ class EmbeddedBroker:
         for key, value in self.settings.items():
             env[f"MAGNETAR_{key.upper()}"] = str(value)
         self.process = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"broker process exited with {self.process.returncode}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.02)
-        self._stop_subprocess(signal.SIGKILL)
-        raise TimeoutError("broker process did not start listening in time")
+        try:
+            wait_until_listening(self.port, self.process, self.startup_timeout)
+        except TimeoutError:
+            self._stop_subprocess(signal.SIGKILL)
+            raise
 
     def _stop_subprocess(self, sig: int) -> None:
         process = self.process
