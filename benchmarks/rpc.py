@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/rpc.py [--requests 2000] [--in-flight 64]
         [--throughput-requests 10000] [--size 100] [--sync-policy always|interval]
-        [--idle-poll-us N] [--service-url URL] [--only pip371|two-topic] [--profile-broker FILE]
+        [--idle-poll-us N] [--service-url URL] [--only pip371|two-topic|one-way]
+        [--profile-broker FILE]
         [--profile-client FILE] [--profile-responder FILE]
 
 Both patterns use magnetar's asyncio client (uvloop) on both ends, against the
@@ -16,6 +17,12 @@ same broker in the same run:
   reply to the reply topic and acks the request; the requester consumes the
   reply topic and matches correlation ids. (The responder acks the request
   without waiting for its reply's receipt, the fastest variant of the pattern.)
+
+A third row, **one-way**, is the floor under both: the requester sends (64 sends
+awaiting their receipts) and the responder consumes and acks, with no reply at all.
+Every request-reply pattern does at least that work per request, so one-way's
+throughput bounds what any reply path can reach on this broker and machine; the
+benchmark prints it against two-topic as a ceiling for the PIP-371 ratio.
 
 Figures: sequential latency (one request at a time, after a warm-up) p50/p99,
 throughput with ``--in-flight`` requests outstanding at all times, and the CPU time
@@ -40,6 +47,8 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import ctypes
+import math
 import multiprocessing
 import os
 import shutil
@@ -65,6 +74,7 @@ except ImportError:  # pragma: no cover
     uvloop = None  # type: ignore[assignment]
 
 T = TypeVar("T")
+Counter = ctypes.c_longlong  # shared memory from ``ctx.Value("q", lock=False)``
 CORRELATION_ID = "correlation-id"
 REPLY_TO = "reply-to"
 
@@ -147,7 +157,9 @@ async def _until(stop: EventType, ready: EventType, serving: Awaitable[None]) ->
         await task
 
 
-async def _respond_pip371(url: str, topic: str, ready: EventType, stop: EventType) -> None:
+async def _respond_pip371(
+    url: str, topic: str, ready: EventType, stop: EventType, consumed: Counter
+) -> None:
     async with Client(url) as client:
         consumer = await client.subscribe(
             topic, "responder", subscription_type="shared", receiver_queue_size=1000
@@ -161,7 +173,9 @@ async def _respond_pip371(url: str, topic: str, ready: EventType, stop: EventTyp
         await _until(stop, ready, serve())
 
 
-async def _respond_two_topic(url: str, topic: str, ready: EventType, stop: EventType) -> None:
+async def _respond_two_topic(
+    url: str, topic: str, ready: EventType, stop: EventType, consumed: Counter
+) -> None:
     async with Client(url) as client:
         consumer = await client.subscribe(
             topic, "responder", subscription_type="shared", receiver_queue_size=1000
@@ -185,24 +199,63 @@ async def _respond_two_topic(url: str, topic: str, ready: EventType, stop: Event
         await _until(stop, ready, serve())
 
 
-def responder_main(
-    kind: str, url: str, topic: str, ready: EventType, stop: EventType, profile: str | None
+async def _respond_one_way(
+    url: str, topic: str, ready: EventType, stop: EventType, consumed: Counter
 ) -> None:
-    serve = _respond_pip371 if kind == "pip371" else _respond_two_topic
+    async with Client(url) as client:
+        consumer = await client.subscribe(
+            topic, "responder", subscription_type="shared", receiver_queue_size=1000
+        )
+
+        async def serve() -> None:
+            while True:
+                msg = await consumer.receive()
+                await consumer.acknowledge(msg)
+                consumed.value += 1
+
+        await _until(stop, ready, serve())
+
+
+RESPONDERS = {
+    "pip371": _respond_pip371,
+    "two-topic": _respond_two_topic,
+    "one-way": _respond_one_way,
+}
+
+
+def responder_main(
+    kind: str,
+    url: str,
+    topic: str,
+    ready: EventType,
+    stop: EventType,
+    consumed: Counter,
+    profile: str | None,
+) -> None:
+    serve = RESPONDERS[kind]
     if profile:
         with cProfile.Profile() as prof:
-            _run(serve(url, topic, ready, stop))
+            _run(serve(url, topic, ready, stop, consumed))
         prof.dump_stats(profile)
     else:
-        _run(serve(url, topic, ready, stop))
+        _run(serve(url, topic, ready, stop, consumed))
+
+
+@dataclass
+class Responder:
+    pid: int | None
+    consumed: Counter  # messages the one-way responder has acked
 
 
 @contextlib.contextmanager
-def responder(kind: str, url: str, topic: str, profile: str | None) -> Iterator[int | None]:
+def responder(kind: str, url: str, topic: str, profile: str | None) -> Iterator[Responder]:
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
+    consumed = ctx.Value("q", 0, lock=False)  # one writer: the responder
     process = ctx.Process(
-        target=responder_main, args=(kind, url, topic, ready, stop, profile), daemon=True
+        target=responder_main,
+        args=(kind, url, topic, ready, stop, consumed, profile),
+        daemon=True,
     )
     process.start()
     try:
@@ -210,7 +263,7 @@ def responder(kind: str, url: str, topic: str, profile: str | None) -> Iterator[
         while not ready.wait(0.1):
             if not process.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"the {kind} responder did not start")
-        yield process.pid
+        yield Responder(process.pid, consumed)
     finally:
         stop.set()
         process.join(30)
@@ -312,7 +365,26 @@ async def _measure_unguarded(
     latencies.sort()
     p50 = latencies[len(latencies) // 2]
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    rate = await _window(request, payload, in_flight, total, meter)
+    return Figures(
+        p50 * 1000,
+        p99 * 1000,
+        statistics.fmean(latencies) * 1000,
+        rate,
+        meter.per_request_us,
+    )
 
+
+async def _window(
+    request: RequestFn,
+    payload: bytes,
+    in_flight: int,
+    total: int,
+    meter: CpuMeter,
+    drained: Callable[[], Awaitable[None]] | None = None,
+) -> float:
+    """Requests per second with ``in_flight`` outstanding, until ``total`` are done
+    (and, if given, ``drained`` returns); the meter covers the same window."""
     remaining = [total]
     wrong = [0]
 
@@ -324,24 +396,22 @@ async def _measure_unguarded(
 
     for _ in range(2):  # a short warm-up of the window
         await asyncio.gather(*(request(payload) for _ in range(in_flight)))
+    if drained is not None:
+        await drained()
     meter.start()
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(in_flight)))
+    if drained is not None:
+        await drained()
     elapsed = time.perf_counter() - started
     meter.stop(total)
     if wrong[0]:
         raise AssertionError(f"{wrong[0]} wrong replies")
-    return Figures(
-        p50 * 1000,
-        p99 * 1000,
-        statistics.fmean(latencies) * 1000,
-        total / elapsed,
-        meter.per_request_us,
-    )
+    return total / elapsed
 
 
 async def bench_pip371(
-    url: str, topic: str, args: argparse.Namespace, meter: CpuMeter
+    url: str, topic: str, args: argparse.Namespace, meter: CpuMeter, _: Responder
 ) -> Figures:
     async with Client(url) as client:
         producer = await client.create_producer(topic, max_pending_messages=10_000)
@@ -353,7 +423,7 @@ async def bench_pip371(
 
 
 async def bench_two_topic(
-    url: str, topic: str, args: argparse.Namespace, meter: CpuMeter
+    url: str, topic: str, args: argparse.Namespace, meter: CpuMeter, _: Responder
 ) -> Figures:
     reply_topic = topic + "-replies"
     async with Client(url) as client:
@@ -389,7 +459,36 @@ async def bench_two_topic(
             collector.cancel()
 
 
-BenchFn = Callable[[str, str, argparse.Namespace, CpuMeter], Coroutine[Any, Any, Figures]]
+async def bench_one_way(
+    url: str, topic: str, args: argparse.Namespace, meter: CpuMeter, responder: Responder
+) -> Figures:
+    """The floor under any request-reply: each request is published (and its receipt
+    awaited), dispatched and acked, and nothing comes back. The window ends when the
+    responder has acked every request, so its work is all inside the window."""
+    async with Client(url) as client:
+        producer = await client.create_producer(topic, max_pending_messages=10_000)
+        sent = [0]
+
+        async def request(payload: bytes) -> bytes:
+            sent[0] += 1
+            await producer.send(payload)
+            return payload
+
+        async def drained() -> None:
+            while responder.consumed.value < sent[0]:
+                await asyncio.sleep(0.0005)
+
+        async with asyncio.timeout(600):
+            rate = await _window(
+                request, b"x" * args.size, args.in_flight, args.throughput_requests, meter, drained
+            )
+        nan = float("nan")
+        return Figures(nan, nan, nan, rate, meter.per_request_us)
+
+
+BenchFn = Callable[
+    [str, str, argparse.Namespace, CpuMeter, Responder], Coroutine[Any, Any, Figures]
+]
 
 
 def run_requester(
@@ -398,13 +497,14 @@ def run_requester(
     topic: str,
     args: argparse.Namespace,
     meter: CpuMeter,
+    responder: Responder,
     profile: cProfile.Profile | None,
 ) -> Figures:
     if profile is None:
-        return _run(fn(url, topic, args, meter))
+        return _run(fn(url, topic, args, meter, responder))
     profile.enable()
     try:
-        return _run(fn(url, topic, args, meter))
+        return _run(fn(url, topic, args, meter, responder))
     finally:
         profile.disable()
 
@@ -426,7 +526,9 @@ def main() -> None:
         "--idle-poll-us", type=int, help="the started broker's idle polling (default: its own)"
     )
     parser.add_argument("--service-url", help="measure this broker instead of starting one")
-    parser.add_argument("--only", choices=["pip371", "two-topic"], help="run one pattern")
+    parser.add_argument(
+        "--only", choices=["pip371", "two-topic", "one-way"], help="run one pattern"
+    )
     parser.add_argument("--profile-broker", metavar="FILE")
     parser.add_argument("--profile-client", metavar="FILE")
     parser.add_argument("--profile-responder", metavar="FILE", help="FILE.<pattern> per pattern")
@@ -436,6 +538,7 @@ def main() -> None:
     patterns: list[tuple[str, str, BenchFn]] = [
         ("PIP-371", "pip371", bench_pip371),
         ("two-topic", "two-topic", bench_two_topic),
+        ("one-way", "one-way", bench_one_way),
     ]
     results: dict[str, Figures] = {}
     with broker_url(args) as (url, broker_pid):
@@ -444,9 +547,9 @@ def main() -> None:
                 continue
             topic = f"persistent://public/default/rpc-bench-{kind}-{uuid.uuid4().hex[:8]}"
             profile = f"{args.profile_responder}.{kind}" if args.profile_responder else None
-            with responder(kind, url, topic, profile) as responder_pid:
-                meter = CpuMeter({"broker": broker_pid, "responder": responder_pid})
-                results[label] = run_requester(fn, url, topic, args, meter, client_profile)
+            with responder(kind, url, topic, profile) as serving:
+                meter = CpuMeter({"broker": broker_pid, "responder": serving.pid})
+                results[label] = run_requester(fn, url, topic, args, meter, serving, client_profile)
             print(f"  {label}: done", file=sys.stderr, flush=True)
     if client_profile is not None:
         client_profile.dump_stats(args.profile_client)
@@ -465,10 +568,12 @@ def main() -> None:
     header = f"{'pattern':<12}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}"
     print(header + f"{f'{args.in_flight} in flight req/s':>24}")
     for label, fig in results.items():
-        print(
-            f"{label:<12}{fig.p50_ms:>9.3f}{fig.p99_ms:>9.3f}{fig.mean_ms:>9.3f}{fig.rate:>24,.0f}"
+        latency = "".join(
+            f"{'-':>9}" if math.isnan(ms) else f"{ms:>9.3f}"
+            for ms in (fig.p50_ms, fig.p99_ms, fig.mean_ms)
         )
-    if len(results) == 2:
+        print(f"{label:<12}{latency}{fig.rate:>24,.0f}")
+    if "PIP-371" in results and "two-topic" in results:
         ours, theirs = results["PIP-371"], results["two-topic"]
         print(
             f"{'ratio':<12}{ours.p50_ms / theirs.p50_ms:>9.2f}{ours.p99_ms / theirs.p99_ms:>9.2f}"
@@ -486,6 +591,13 @@ def main() -> None:
                 for role in roles
             )
             print(f"{label:<12}{cells}{sum(fig.cpu_us.values()):>11.1f}")
+    if "one-way" in results and "two-topic" in results:
+        ceiling = results["one-way"].rate / results["two-topic"].rate
+        print()
+        print(
+            f"one-way / two-topic throughput: {ceiling:.2f}x -- a ceiling for any reply path: "
+            "one-way is a request's publish, dispatch and ack with no reply at all"
+        )
     if "PIP-371" in results:
         fig = results["PIP-371"]
         print()
