@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -190,6 +191,48 @@ def test_sync_request_timeout_is_a_request_timeout(broker: EmbeddedBroker) -> No
 
 
 # ---------------------------------------------------------------- timeouts
+
+
+def _scrape(broker: EmbeddedBroker) -> dict[str, float]:
+    """The broker's /metrics over HTTP, as {sample with labels: value}."""
+    with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=WAIT) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+async def test_round_trips_are_counted_in_metrics(broker: EmbeddedBroker, mclient: Client) -> None:
+    topic = _topic()
+    consumer = await mclient.subscribe(topic, "calc", subscription_type="shared")
+    producer = await mclient.create_producer(topic)
+
+    async def after_a_while(req: Request) -> None:
+        if req.value == b"slow":
+            await asyncio.sleep(0.3)
+        await _answer(req)
+
+    before = _scrape(broker)
+    bucket = 'magnetar_rpc_round_trip_seconds_bucket{le="%s"}'
+    async with serving(consumer, after_a_while):
+        assert (await producer.request(b"2 + 2", timeout=WAIT)).value == b"4"
+        assert (await producer.request(b"slow", timeout=WAIT)).is_error
+    after = _scrape(broker)
+
+    def grew(name: str) -> float:
+        return after[name] - before.get(name, 0.0)
+
+    assert grew("magnetar_rpc_replies_forwarded_total") == 2
+    assert grew("magnetar_rpc_round_trip_seconds_count") == 2
+    assert grew(bucket % "+Inf") == 2
+    # The quick one took well under a quarter of a second, the slow one 0.3 s or more
+    # (the publish time has millisecond resolution; the slack covers it).
+    assert grew(bucket % "0.25") == 1
+    assert grew(bucket % "30.0") == 2
+    assert 0.29 <= grew("magnetar_rpc_round_trip_seconds_sum") < 0.29 + 0.25 + 2 * WAIT
 
 
 async def test_timeout_without_any_consumer(mclient: Client) -> None:

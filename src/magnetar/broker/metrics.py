@@ -6,22 +6,69 @@ counters, so the publish and dispatch paths pay nothing for them.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
 
 
+class RoundTrips:
+    """PIP-371 round trips, from a request's publish time to its reply reaching the
+    broker, as plain bucket counts: the reply path pays a bisect and two additions,
+    and the histogram is built at scrape time.
+
+    The publish time is the requester's (milliseconds, in the message metadata), so
+    a figure can be up to a millisecond long and carries any skew between the
+    requester's clock and the broker's; the buckets start at a millisecond.
+    """
+
+    BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(self.BUCKETS) + 1)  # the last one is +Inf
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        seconds = max(seconds, 0.0)  # a requester clock ahead of ours
+        self.counts[bisect_left(self.BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def family(self) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(
+            "magnetar_rpc_round_trip_seconds",
+            "PIP-371 requests answered: time from the request's publish (the requester's "
+            "clock, millisecond resolution) to its reply reaching the broker",
+        )
+        cumulative, buckets = 0, []
+        for bound, count in zip((*self.BUCKETS, float("inf")), self.counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+        family.add_metric([], buckets, self.total)
+        return family
+
+
 class _TopicCollector(Collector):
     def __init__(self, service: BrokerService) -> None:
         self.service = service
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         labels = ["cluster", "namespace", "topic"]
         msg_in = CounterMetricFamily("pulsar_in_messages", "Messages published", labels=labels)
         bytes_in = CounterMetricFamily("pulsar_in_bytes", "Bytes published", labels=labels)
@@ -71,17 +118,20 @@ class _TopicCollector(Collector):
         )
         idle_polls.add_metric([], self.service.idle_poller.rounds)  # set before admin starts
         yield from (epoch, fsyncs, topics, conns, fsync_time, idle_polls)
+        replies = self.service.replies
+        forwarded = CounterMetricFamily(
+            "magnetar_rpc_replies_forwarded",
+            "PIP-371 replies forwarded to the requesting producer",
+        )
+        forwarded.add_metric([], replies.forwarded)
+        yield forwarded
+        yield replies.round_trips.family()
 
 
 class BrokerMetrics:
     def __init__(self, service: BrokerService) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_TopicCollector(service))
-        self.replies_forwarded = Counter(
-            "magnetar_rpc_replies_forwarded",
-            "PIP-371 replies forwarded to the requesting producer",
-            registry=self.registry,
-        )
         self.replies_held = Counter(
             "magnetar_rpc_replies_held",
             "PIP-371 replies held for a requester that was not attached",
@@ -96,9 +146,6 @@ class BrokerMetrics:
 
     def reply_held(self) -> None:
         self.replies_held.inc()
-
-    def reply_forwarded(self) -> None:
-        self.replies_forwarded.inc()
 
     def reply_dropped(self, reason: str) -> None:
         self.replies_dropped.labels(reason=reason).inc()

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from magnetar.broker.metrics import RoundTrips
 from magnetar.protocol.fastpath import encode_request_receipt, message_id_bytes
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ class ReplyRouter:
         self._closed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._held: dict[tuple[str, str], list[_HeldReply]] = {}
         self._held_count = 0
+        self.forwarded = 0  # read by the metrics at scrape time
+        self.round_trips = RoundTrips()
 
     def forward(self, consumer: Consumer, ack: pb.CommandAck, body: bytes) -> None:
         """Write the reply to the requester's connection; raise ReplyRejected if oversized."""
@@ -77,6 +80,9 @@ class ReplyRouter:
             self._replied.popitem(last=False)
         if mid.ledgerId == topic.ledger_id:
             request_id = topic.message_id_bytes(mid.entryId, mid.batch_index)
+            info = topic.cached_entry_info(mid.entryId)
+            if info is not None:
+                self.round_trips.observe(self.service.clock() - info.publish_time / 1000)
         else:
             request_id = message_id_bytes(
                 mid.ledgerId, mid.entryId, topic.partition_index, mid.batch_index
@@ -98,7 +104,7 @@ class ReplyRouter:
             self._drop("not_supported", producer.name, topic)
             return
         cnx.write(encode_request_receipt(producer.producer_id, request_id, is_error, body))
-        self.service.metrics.reply_forwarded()
+        self.forwarded += 1
 
     def _hold(
         self, topic: Topic, requester: str, request_id: bytes, is_error: bool, body: bytes

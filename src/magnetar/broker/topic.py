@@ -131,6 +131,10 @@ class Topic:
             self._remember(entry_id, info)
         return info
 
+    def cached_entry_info(self, entry_id: int) -> EntryInfo | None:
+        """What :meth:`entry_info` gives, if it is at hand without reading the ledger."""
+        return self._info.get(entry_id)
+
     def _remember(self, entry_id: int, info: EntryInfo) -> None:
         cache = self._info
         cache[entry_id] = info
