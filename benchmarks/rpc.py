@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
 from typing import Any, TypeVar
 
-from magnetar.client import Client
+from magnetar.client import Client, Consumer
 from magnetar.testing import EmbeddedBroker
 from magnetar.testing.embedded import free_port, wait_until_listening
 
@@ -157,13 +157,17 @@ async def _until(stop: EventType, ready: EventType, serving: Awaitable[None]) ->
         await task
 
 
+async def _subscribe(client: Client, topic: str) -> Consumer:
+    return await client.subscribe(
+        topic, "responder", subscription_type="shared", receiver_queue_size=1000
+    )
+
+
 async def _respond_pip371(
     url: str, topic: str, ready: EventType, stop: EventType, consumed: Counter
 ) -> None:
     async with Client(url) as client:
-        consumer = await client.subscribe(
-            topic, "responder", subscription_type="shared", receiver_queue_size=1000
-        )
+        consumer = await _subscribe(client, topic)
 
         async def serve() -> None:
             while True:
@@ -177,9 +181,7 @@ async def _respond_two_topic(
     url: str, topic: str, ready: EventType, stop: EventType, consumed: Counter
 ) -> None:
     async with Client(url) as client:
-        consumer = await client.subscribe(
-            topic, "responder", subscription_type="shared", receiver_queue_size=1000
-        )
+        consumer = await _subscribe(client, topic)
         producers: dict[str, Any] = {}
 
         async def serve() -> None:
@@ -203,9 +205,7 @@ async def _respond_one_way(
     url: str, topic: str, ready: EventType, stop: EventType, consumed: Counter
 ) -> None:
     async with Client(url) as client:
-        consumer = await client.subscribe(
-            topic, "responder", subscription_type="shared", receiver_queue_size=1000
-        )
+        consumer = await _subscribe(client, topic)
 
         async def serve() -> None:
             while True:
