@@ -70,7 +70,18 @@ def test_declared_size_over_limit_is_rejected_before_buffering() -> None:
     decoder = FrameDecoder(max_frame_size=1024)
     with pytest.raises(FrameTooLarge, match="over the limit"):
         decoder.feed(struct.pack(">I", 10_000_000))
-    assert decoder.buffered == 4  # only the size prefix was seen
+    assert decoder.buffered == 0  # a broken stream is dropped, not kept
+
+
+def test_frames_before_a_broken_one_come_out_and_the_error_follows() -> None:
+    decoder = FrameDecoder()
+    good = send_frame(b"first") + send_frame(b"second")
+    frames = decoder.feed(good + struct.pack(">II", 6, 50) + b"\x00\x00" + send_frame(b"after"))
+    assert [f.body.endswith(b"first") for f in frames] == [True, False]
+    assert frames[1].body.endswith(b"second")
+    assert isinstance(decoder.failure, MalformedFrame)
+    with pytest.raises(MalformedFrame):
+        decoder.feed(send_frame(b"later"))
 
 
 def test_command_size_larger_than_frame_is_malformed() -> None:

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 import crc32c as _crc32c
 from google.protobuf.message import DecodeError
 
-from magnetar.protocol.errors import ChecksumMismatch, FrameTooLarge, MalformedFrame, UnknownCommand
+from magnetar.protocol.command_checks import command_problem
+from magnetar.protocol.errors import (
+    ChecksumMismatch,
+    FrameTooLarge,
+    MalformedFrame,
+    ProtocolError,
+    UnknownCommand,
+)
 from magnetar.protocol.pb import BaseCommand, pb
 
 MAGIC_CRC32C = 0x0E01
@@ -66,50 +73,75 @@ class FrameDecoder:
     as the four size bytes are seen, before any of the frame is buffered.
     """
 
-    __slots__ = ("_buf", "max_frame_size")
+    __slots__ = ("_buf", "failure", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_MESSAGE_SIZE + FRAME_PADDING) -> None:
         self._buf = bytearray()
         self.max_frame_size = max_frame_size
+        # The error that ended the stream after frames that preceded it were returned.
+        self.failure: ProtocolError | None = None
 
     @property
     def buffered(self) -> int:
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[Frame]:
+        """The whole frames that ``data`` completes.
+
+        A stream that cannot be framed raises the :class:`ProtocolError` that says
+        why; when good frames came before the bad one in ``data``, they are returned
+        first (so their sender gets its answers) and the error is kept in
+        :attr:`failure`, and raised by the next call.
+        """
+        if self.failure is not None:
+            raise self.failure
+        frames: list[Frame] = []
+        try:
+            self._cut(data, frames)
+        except ProtocolError as exc:
+            self._buf.clear()  # nothing after a broken frame can be trusted
+            if not frames:
+                raise
+            self.failure = exc
+        return frames
+
+    def _cut(self, data: bytes, frames: list[Frame]) -> None:
         buf = self._buf
         buf += data
-        frames: list[Frame] = []
         pos = 0
         end = len(buf)
-        while end - pos >= 4:
-            (total,) = _U32.unpack_from(buf, pos)
-            if total > self.max_frame_size:
-                raise FrameTooLarge(
-                    f"frame declares {total} bytes, over the limit of {self.max_frame_size} bytes"
-                )
-            if total < 4:
-                raise MalformedFrame(f"frame declares {total} bytes, too small to hold a command")
-            if end - pos - 4 < total:
-                break
-            (cmd_size,) = _U32.unpack_from(buf, pos + 4)
-            if cmd_size > total - 4 or cmd_size == 0:
-                raise MalformedFrame(
-                    f"command size {cmd_size} does not fit in a frame of {total} bytes"
-                )
-            cmd_start = pos + 8
-            body_start = cmd_start + cmd_size
-            frame_end = pos + 4 + total
-            raw = bytes(buf[cmd_start:body_start])
-            body = bytes(buf[body_start:frame_end]) if frame_end > body_start else b""
-            try:
-                frames.append(Frame(parse_command(raw), body))
-            except UnknownCommand as exc:
-                frames.append(Frame(BaseCommand(), b"", exc.command_type))
-            pos = frame_end
-        if pos:
-            del buf[:pos]
-        return frames
+        try:
+            while end - pos >= 4:
+                (total,) = _U32.unpack_from(buf, pos)
+                if total > self.max_frame_size:
+                    raise FrameTooLarge(
+                        f"frame declares {total} bytes, over the limit of "
+                        f"{self.max_frame_size} bytes"
+                    )
+                if total < 4:
+                    raise MalformedFrame(
+                        f"frame declares {total} bytes, too small to hold a command"
+                    )
+                if end - pos - 4 < total:
+                    break
+                (cmd_size,) = _U32.unpack_from(buf, pos + 4)
+                if cmd_size > total - 4 or cmd_size == 0:
+                    raise MalformedFrame(
+                        f"command size {cmd_size} does not fit in a frame of {total} bytes"
+                    )
+                cmd_start = pos + 8
+                body_start = cmd_start + cmd_size
+                frame_end = pos + 4 + total
+                raw = bytes(buf[cmd_start:body_start])
+                body = bytes(buf[body_start:frame_end]) if frame_end > body_start else b""
+                try:
+                    frames.append(Frame(parse_command(raw), body))
+                except UnknownCommand as exc:
+                    frames.append(Frame(BaseCommand(), b"", exc.command_type))
+                pos = frame_end
+        finally:
+            if pos:
+                del buf[:pos]
 
 
 def parse_command(data: bytes) -> BaseCommand:
@@ -128,6 +160,9 @@ def parse_command(data: bytes) -> BaseCommand:
         raise MalformedFrame(
             f"command {pb.BaseCommand.Type.Name(command.type)} lacks required fields: {missing}"
         )
+    problem = command_problem(command)
+    if problem is not None:
+        raise MalformedFrame(f"command {pb.BaseCommand.Type.Name(command.type)} {problem}")
     return command
 
 
