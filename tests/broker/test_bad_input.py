@@ -14,6 +14,8 @@ from magnetar.protocol.frames import FrameDecoder, encode_command, encode_payloa
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker
 
+from .rawclient import RawPeer
+
 
 def raw_connect(broker: EmbeddedBroker) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
@@ -202,3 +204,19 @@ def test_oversized_message_gets_a_clear_send_error(
         assert reply.type == BaseCommand.SEND_ERROR
         assert "exceeds the maximum message size" in reply.send_error.message
         sock.close()
+
+
+def test_frames_before_garbage_in_the_same_write_are_answered(
+    broker: EmbeddedBroker, client: pulsar.Client, topic: str, stored_topic: list[bytes]
+) -> None:
+    peer = RawPeer(broker.port)
+    lookup = BaseCommand(
+        type=BaseCommand.LOOKUP, lookupTopic=pb.CommandLookupTopic(topic=topic, request_id=7)
+    )
+    peer.sock.sendall(encode_command(lookup) + b"GET / HTTP/1.1\r\n\r\n")
+    frames = read_until_closed(peer.sock)
+    kinds = [f.command.type for f in frames]
+    assert kinds == [BaseCommand.LOOKUP_RESPONSE, BaseCommand.ERROR], kinds
+    assert frames[0].command.lookupTopicResponse.request_id == 7
+    assert "frame" in errors(frames)[0]
+    assert_topic_intact(client, topic, stored_topic)

@@ -25,6 +25,7 @@ from magnetar.broker.rpc import ReplyRejected
 from magnetar.broker.schemas import IncompatibleSchema, SchemaRegistry, version_bytes
 from magnetar.broker.subscription import SubscriptionError
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol.command_checks import command_body
 from magnetar.protocol.errors import ChecksumMismatch, FrameTooLarge, ProtocolError
 from magnetar.protocol.frames import (
     Frame,
@@ -36,6 +37,7 @@ from magnetar.protocol.frames import (
 )
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.storage.store import MAX_QUOTED_NAME, quoted_length
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -138,16 +140,22 @@ class ServerCnx(asyncio.Protocol):
         self._activity()
         try:
             frames = self.decoder.feed(data)
-        except FrameTooLarge as exc:
-            self._protocol_failure(f"frame too large: {exc}", pb.NotAllowedError)
-            return
         except ProtocolError as exc:
-            self._protocol_failure(f"malformed frame: {exc}", pb.UnknownError)
+            self._framing_failure(exc)
             return
         for frame in frames:
             if not self.alive:
                 return
             self._handle_frame(frame)
+        failure = self.decoder.failure  # after the good frames that came before it
+        if failure is not None and self.alive:
+            self._framing_failure(failure)
+
+    def _framing_failure(self, exc: ProtocolError) -> None:
+        if isinstance(exc, FrameTooLarge):
+            self._protocol_failure(f"frame too large: {exc}", pb.NotAllowedError)
+        else:
+            self._protocol_failure(f"malformed frame: {exc}", pb.UnknownError)
 
     def _handle_frame(self, frame: Frame) -> None:
         if frame.unknown_type is not None:
@@ -184,11 +192,14 @@ class ServerCnx(asyncio.Protocol):
             self.write_error(_request_id(command), exc.error, str(exc))
         except Exception as exc:
             log.exception("error handling %s from %s", T.Name(kind), self.remote_address)
-            self.write_error(_request_id(command), pb.UnknownError, f"internal error: {exc}")
+            # An OSError's text names files; the client gets the cause without the paths.
+            cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            self.write_error(_request_id(command), pb.UnknownError, f"internal error: {cause}")
 
     def _protocol_failure(self, message: str, error: int) -> None:
         log.warning("closing connection %s from %s: %s", self.id, self.remote_address, message)
         self.write_error(0, error, message)
+        self.alive = False  # nothing more is read from it, or routed to it
         self.close()
 
     def write(self, data: bytes) -> None:
@@ -364,7 +375,7 @@ class ServerCnx(asyncio.Protocol):
         producer_id = request.producer_id
         existing = self.producers.get(producer_id)
         if existing is not None and not existing.fenced:
-            if existing.topic_name == str(TopicName.parse(request.topic)) and existing.ready:
+            if existing.topic_name == str(self._topic_name(request.topic)) and existing.ready:
                 # The client retried a request we already granted.
                 self._write_producer_success(existing, request.request_id)
                 return
@@ -532,9 +543,9 @@ class ServerCnx(asyncio.Protocol):
         if topic.failure:
             self._send_error(send, pb.PersistenceError, topic.failure)
             return
-        info = info_from_metadata(
-            metadata, send.num_messages if send.HasField("num_messages") else None
-        )
+        # The entry's own metadata says how many messages it holds (as Pulsar's
+        # dispatcher reads it); CommandSend.num_messages is the producer's word only.
+        info = info_from_metadata(metadata)
         topic.publish(producer, send.sequence_id, send.highest_sequence_id, body, info)
 
     def _send_error(self, send: pb.CommandSend, error: int, message: str) -> None:
@@ -580,6 +591,13 @@ class ServerCnx(asyncio.Protocol):
         if not request.subscription:
             raise CommandError(pb.NotAllowedError, "subscription name is empty")
         name = self._topic_name(request.topic)
+        if quoted_length(request.subscription) > MAX_QUOTED_NAME:
+            raise CommandError(
+                pb.NotAllowedError,
+                f"subscription name {request.subscription[:40]!r}... is too long: it takes "
+                f"{quoted_length(request.subscription)} bytes in a file name, "
+                f"at most {MAX_QUOTED_NAME}",
+            )
         topic = self._get_topic(name, create=request.force_topic_creation)
         if request.HasField("schema"):
             try:
@@ -673,17 +691,32 @@ class ServerCnx(asyncio.Protocol):
                         "cumulative ack is not allowed on shared subscriptions",
                     )
                 return
+            if len(ack.message_id) != 1:
+                if ack.HasField("request_id"):
+                    self._ack_response(
+                        ack, pb.NotAllowedError, "a cumulative ack names exactly one message id"
+                    )
+                return
             mid = ack.message_id[0]
             entry_id = topic.entry_id_of(mid.ledgerId, mid.entryId)
             if _partial_batch(mid):
                 entry_id -= 1
+            if entry_id > topic.last_visible_entry_id:
+                # Acking what does not exist yet would swallow it when it comes.
+                if ack.HasField("request_id"):
+                    self._ack_response(
+                        ack, pb.NotAllowedError, f"cannot ack past the end of {topic.name}"
+                    )
+                return
             if entry_id >= 0:
                 sub.ack_cumulative(consumer, entry_id)
         else:
+            last = topic.last_visible_entry_id
             entry_ids = [
-                topic.entry_id_of(mid.ledgerId, mid.entryId)
+                entry_id
                 for mid in ack.message_id
                 if not _partial_batch(mid)
+                and (entry_id := topic.entry_id_of(mid.ledgerId, mid.entryId)) <= last
             ]
             if entry_ids:
                 sub.ack_individual(consumer, entry_ids)
@@ -770,7 +803,12 @@ class ServerCnx(asyncio.Protocol):
             elif mid.is_latest:
                 target = topic.last_visible_entry_id + 1
             else:
+                # Past the end means the end, and before the first entry the first, as
+                # Pulsar resets a cursor to the nearest valid position.
                 target = topic.entry_id_of(mid.ledger_id, mid.entry_id)
+                target = max(
+                    topic.ledger.first_entry_id, min(target, topic.last_visible_entry_id + 1)
+                )
         elif request.HasField("message_publish_time"):
             target = topic.find_by_publish_time(request.message_publish_time)
         else:
@@ -870,25 +908,10 @@ class ServerCnx(asyncio.Protocol):
 
 def _partial_batch(mid: pb.MessageIdData) -> bool:
     """An ack for some messages of a batch: the entry stays unacknowledged."""
-    return any(word != 0 for word in mid.ack_set)
+    return bool(mid.ack_set) and any(word != 0 for word in mid.ack_set)
 
 
 def _request_id(command: BaseCommand) -> int:
-    for name in (
-        "producer",
-        "subscribe",
-        "lookupTopic",
-        "partitionMetadata",
-        "close_producer",
-        "close_consumer",
-        "unsubscribe",
-        "seek",
-        "getLastMessageId",
-        "getSchema",
-        "getOrCreateSchema",
-        "getTopicsOfNamespace",
-        "consumerStats",
-    ):
-        if command.HasField(name):
-            return int(getattr(command, name).request_id)
-    return 0
+    """The request id of the command's own body (0 if its type has none)."""
+    body = command_body(command)
+    return int(getattr(body, "request_id", 0))

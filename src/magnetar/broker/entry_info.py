@@ -21,18 +21,15 @@ class EntryInfo:
     sequence_id: int
 
 
-def info_from_metadata(metadata: pb.MessageMetadata, num_messages: int | None = None) -> EntryInfo:
+def info_from_metadata(metadata: pb.MessageMetadata) -> EntryInfo:
     if metadata.HasField("ordering_key"):
         key_hash = sticky_key_hash(metadata.ordering_key)
     elif metadata.HasField("partition_key"):
         key_hash = sticky_key_hash(metadata.partition_key)
     else:
         key_hash = NONE_KEY_HASH
-    count = num_messages if num_messages is not None else metadata.num_messages_in_batch
-    if not metadata.HasField("num_messages_in_batch") and num_messages is None:
-        count = 1
     return EntryInfo(
-        max(count, 1),
+        max(metadata.num_messages_in_batch, 1),
         key_hash,
         metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0,
         metadata.publish_time,

@@ -60,7 +60,8 @@ class SchemaRegistry:
                 f"topic's schema type {pb.Schema.Type.Name(latest.type)}"
             )
         version = latest.version + 1 if latest else 0
-        self.metadata.schemas.append(
+        schemas = self.metadata.schemas
+        schemas.append(
             SchemaEntry(
                 version=version,
                 type=schema.type,
@@ -69,7 +70,11 @@ class SchemaRegistry:
                 properties=properties,
             )
         )
-        self.metadata.save()
+        try:
+            self.metadata.save()
+        except BaseException:
+            schemas.pop()  # an entry that is not on disk must not stay, or later saves fail
+            raise
         return version
 
     @staticmethod

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from magnetar.storage.store import MAX_QUOTED_NAME, quoted_length
+
 PARTITION_SUFFIX = "-partition-"
 _PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
 _SEGMENT_RE = re.compile(r"^[A-Za-z0-9_.=:\-]+$")
@@ -51,10 +53,20 @@ class TopicName:
                     f"invalid short topic name {name!r}: use 'topic' or 'tenant/namespace/topic'"
                 )
         for label, value in (("tenant", tenant), ("namespace", namespace)):
-            if not _SEGMENT_RE.match(value):
+            if not _SEGMENT_RE.match(value) or value in (".", ".."):
                 raise InvalidTopicName(f"invalid {label} {value!r} in topic name {name!r}")
+            if len(value) > MAX_QUOTED_NAME:
+                raise InvalidTopicName(
+                    f"{label} of {len(value)} characters is too long (at most {MAX_QUOTED_NAME})"
+                )
         if not local or _LOCAL_FORBIDDEN.search(local):
             raise InvalidTopicName(f"invalid local topic name {local!r} in {name!r}")
+        size = quoted_length(local)
+        if size > MAX_QUOTED_NAME:
+            raise InvalidTopicName(
+                f"topic name {local[:40]!r}... is too long: it takes {size} bytes in a file "
+                f"name, at most {MAX_QUOTED_NAME}"
+            )
         return cls(domain, tenant, namespace, local)
 
     @property

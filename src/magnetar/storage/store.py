@@ -52,6 +52,16 @@ def quote_name(name: str) -> str:
     return quoted
 
 
+# A quoted name must fit in one file name (255 bytes on common file systems) with room
+# for what is added to it: ".json" (partition counts, cursors) and "-partition-N".
+MAX_QUOTED_NAME = 200
+
+
+def quoted_length(name: str) -> int:
+    """Bytes the name takes on disk (topic local names and subscription names alike)."""
+    return len(quote_name(name))
+
+
 class Store:
     """The data directory: where each topic's ledger and metadata live."""
 
