@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import types
 
 import pytest
 
@@ -12,6 +13,7 @@ from magnetar.client.ack_timeout import AckTimeoutTracker
 from magnetar.client.acks import AckGroupingTracker, BatchAcker
 from magnetar.client.backoff import Backoff, MultiplierRedeliveryBackoff
 from magnetar.client.batch_builder import BatchBuilder
+from magnetar.client.message import received
 from magnetar.client.nack import NegativeAcksTracker
 from magnetar.client.pool import parse_service_url
 from magnetar.client.receiver_queue import ReceiverQueue
@@ -375,3 +377,42 @@ def test_fast_split_batch_matches_the_protocol_one() -> None:
         client_codec.split_batch(payload, 21)
     with pytest.raises(MalformedFrame):
         client_codec.split_batch(payload[:-5], 20)
+
+
+def test_a_received_message_reads_its_metadata_on_first_use() -> None:
+    partition = types.SimpleNamespace(partition=3)  # what a message asks of its consumer
+    metadata = pb.MessageMetadata(
+        producer_name="p",
+        sequence_id=9,
+        publish_time=123,
+        partition_key="k",
+        event_time=77,
+        ordering_key=b"o",
+        schema_version=b"\x00\x01",
+        properties=[pb.KeyValue(key="a", value="b")],
+    )
+    alone = received(b"v", (5, 6), -1, "t", 2, partition, None, metadata.SerializeToString(), None)
+    alone.key = "mine"  # a write before any read is kept
+    assert (alone.key, alone.properties, alone.event_time, alone.publish_time) == (
+        "mine",
+        {"a": "b"},
+        77,
+        123,
+    )
+    assert (alone.producer_name, alone.sequence_id, alone.ordering_key) == ("p", 9, b"o")
+    assert (alone.schema_version, alone.redelivery_count, alone.value) == (b"\x00\x01", 2, b"v")
+    mid = alone.message_id
+    assert (mid.ledger_id, mid.entry_id, mid.batch_index, mid.partition) == (5, 6, -1, 3)
+
+    single = pb.SingleMessageMetadata(
+        payload_size=1, partition_key="sk", properties=[pb.KeyValue(key="x", value="y")]
+    )
+    shared = (123, "p", None, 40)  # publish time, producer, schema version, first sequence id
+    in_batch = received(b"w", (5, 7), 2, "t", 0, partition, BatchAcker(4), shared, single)
+    assert (in_batch.sequence_id, in_batch.key, in_batch.properties) == (42, "sk", {"x": "y"})
+    assert (in_batch.publish_time, in_batch.producer_name, in_batch.event_time) == (123, "p", None)
+    mid = in_batch.message_id
+    assert (mid.entry_id, mid.batch_index, mid.batch_size, mid.partition) == (7, 2, 4, 3)
+    # A message a PIP-96 processor yields inside a batch has no metadata of its own.
+    bare = received(b"z", (5, 7), 3, "t", 0, partition, None, shared, None)
+    assert (bare.key, bare.properties, bare.sequence_id) == (None, {}, 43)

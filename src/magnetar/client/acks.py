@@ -34,6 +34,10 @@ class BatchAcker:
         return not (self._unacked >> index) & 1
 
     @property
+    def none_acked(self) -> bool:
+        return self._unacked == (1 << self.size) - 1
+
+    @property
     def complete(self) -> bool:
         return self._unacked == 0
 
@@ -76,11 +80,6 @@ class AckGroupingTracker:
                 # Individual acks covered by the cumulative one need not be sent.
                 self._individual = {p: None for p in self._individual if p > position}
         return False
-
-    @property
-    def maybe_acked(self) -> bool:
-        """False when :meth:`is_duplicate` is certainly False (nothing acked yet)."""
-        return self._last_cumulative is not None or bool(self._individual)
 
     def is_duplicate(self, position: Position) -> bool:
         """True if this entry's ack is already queued or covered by a cumulative ack."""

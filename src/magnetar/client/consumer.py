@@ -343,7 +343,7 @@ class Consumer:
         if reply is None and type(message) is Message:
             sub = message._consumer  # the hot path: a message received here
             if sub is not None and sub._parent is self and not self._closed:
-                sub.acknowledge(message.message_id, message._acker)
+                sub.acknowledge_message(message)
                 return
         self._check_open()
         sub, message_id, acker = self._sub_for(message)

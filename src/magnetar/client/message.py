@@ -9,7 +9,7 @@ function; nothing else in the consumer looks inside a payload.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from magnetar.protocol.client_codec import split_batch
 from magnetar.protocol.compression import decompress
@@ -59,30 +59,86 @@ def new_id(ledger: int, entry: int, batch_index: int, partition: int, batch_size
     return mid
 
 
+_parse_metadata = pb.MessageMetadata.FromString
+T = TypeVar("T")
+
+# What the messages of a batch share: publish time, producer name, schema version
+# and the sequence id of the first.
+EntryFields = tuple[int, str, bytes | None, int]
+
+
+class _MetadataField(Generic[T]):
+    """A metadata field of a message. On a received message, the first read or write
+    of any of them fills them all from the entry's metadata (a write fills first, so
+    that a later read cannot undo it)."""
+
+    __slots__ = ("slot",)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    @overload
+    def __get__(self, msg: None, owner: type) -> _MetadataField[T]: ...
+    @overload
+    def __get__(self, msg: Message, owner: type) -> T: ...
+    def __get__(self, msg: Message | None, owner: type) -> T | _MetadataField[T]:
+        if msg is None:
+            return self
+        if msg._meta is not None:
+            msg._read_metadata(msg._meta)
+        return getattr(msg, self.slot)  # type: ignore[no-any-return]
+
+    def __set__(self, msg: Message, value: T) -> None:
+        if msg._meta is not None:
+            msg._read_metadata(msg._meta)
+        setattr(msg, self.slot, value)
+
+
 class Message:
     """A received message.
 
     ``value`` is the payload bytes; ``key`` the partition key (``None`` if unset);
     ``properties`` a dict of str; ``publish_time`` and ``event_time`` are
     milliseconds since the epoch (``event_time`` is ``None`` when unset).
+
+    On a received message the id and the metadata fields are properties, built
+    on first use (see :func:`received`); they read and write like attributes.
     """
 
     __slots__ = (
         "_acker",
         "_consumer",
-        "event_time",
-        "key",
-        "message_id",
-        "ordering_key",
-        "producer_name",
-        "properties",
-        "publish_time",
+        "_event_time",
+        "_index",
+        "_key",
+        "_message_id",
+        "_meta",
+        "_ordering_key",
+        "_position",
+        "_producer_name",
+        "_properties",
+        "_publish_time",
+        "_schema_version",
+        "_sequence_id",
+        "_single",
         "redelivery_count",
-        "schema_version",
-        "sequence_id",
         "topic",
         "value",
     )
+    _message_id: MessageId | None
+    _position: tuple[int, int]
+    _index: int
+    _meta: EntryFields | bytes | None
+    _single: pb.SingleMessageMetadata | None
+
+    key: _MetadataField[str | None] = _MetadataField()
+    ordering_key: _MetadataField[bytes | None] = _MetadataField()
+    properties: _MetadataField[dict[str, str]] = _MetadataField()
+    event_time: _MetadataField[int | None] = _MetadataField()
+    publish_time: _MetadataField[int] = _MetadataField()
+    producer_name: _MetadataField[str] = _MetadataField()
+    sequence_id: _MetadataField[int] = _MetadataField()
+    schema_version: _MetadataField[bytes | None] = _MetadataField()
 
     def __init__(
         self,
@@ -101,21 +157,69 @@ class Message:
         consumer: Any = None,
         acker: BatchAcker | None = None,
     ) -> None:
-        # Positional on the consumer's hot path: keyword calls cost more.
         self.value = value
-        self.message_id = message_id
         self.topic = topic
-        self.key = key
-        self.ordering_key = ordering_key
-        self.properties = properties if properties is not None else {}
-        self.event_time = event_time
-        self.publish_time = publish_time
         self.redelivery_count = redelivery_count
-        self.producer_name = producer_name
-        self.sequence_id = sequence_id
-        self.schema_version = schema_version
+        self._key = key
+        self._ordering_key = ordering_key
+        self._properties = properties if properties is not None else {}
+        self._event_time = event_time
+        self._publish_time = publish_time
+        self._producer_name = producer_name
+        self._sequence_id = sequence_id
+        self._schema_version = schema_version
         self._consumer = consumer
         self._acker = acker
+        self._meta = None
+        self._single = None
+        self.message_id = message_id
+
+    @property
+    def message_id(self) -> MessageId:
+        mid = self._message_id
+        if mid is None:
+            ledger, entry = self._position
+            acker = self._acker
+            mid = self._message_id = new_id(ledger, entry, self._index, self._consumer.partition,
+                                            0 if acker is None else acker.size)
+        return mid
+
+    @message_id.setter
+    def message_id(self, value: MessageId) -> None:
+        self._message_id = value
+        # What an ack reads, so that it need not build the id.
+        self._position = (value.ledger_id, value.entry_id)
+        self._index = value.batch_index
+
+    def _read_metadata(self, meta: EntryFields | bytes) -> None:
+        """Set every metadata field at once, then let go of the metadata.
+
+        The setters call this first too, or a later read would undo what they set.
+        """
+        source: pb.MessageMetadata | pb.SingleMessageMetadata | None
+        if isinstance(meta, bytes):  # a message of its own: all in the entry's metadata
+            source = _parse_metadata(meta)
+            self._publish_time = source.publish_time
+            self._producer_name = source.producer_name
+            self._schema_version = source.schema_version or None
+            self._sequence_id = source.sequence_id
+        else:  # in a batch: the entry's fields, shared, and the message's own
+            self._publish_time, self._producer_name, self._schema_version, base = meta
+            source = self._single
+            if source is not None and source.HasField("sequence_id"):
+                self._sequence_id = source.sequence_id
+            else:
+                self._sequence_id = base + self._index
+        if source is None:  # a PIP-96 processor's message inside a batch: no metadata
+            self._key = self._ordering_key = self._event_time = None
+            self._properties = {}
+        else:
+            self._key = source.partition_key if source.HasField("partition_key") else None
+            self._ordering_key = source.ordering_key or None
+            self._event_time = source.event_time or None
+            properties = source.properties
+            self._properties = {kv.key: kv.value for kv in properties} if properties else {}
+        self._meta = self._single = None
 
     # Method-style accessors with the official client's names.
     def data(self) -> bytes:
@@ -130,3 +234,37 @@ class Message:
             f"<Message {self.message_id} topic={self.topic!r} key={self.key!r} "
             f"value={preview!r}{'...' if len(self.value) > 32 else ''}>"
         )
+
+
+def received(
+    value: bytes,
+    position: tuple[int, int],
+    index: int,
+    topic: str,
+    redelivery_count: int,
+    consumer: Any,
+    acker: BatchAcker | None,
+    meta: EntryFields | bytes,
+    single: pb.SingleMessageMetadata | None,
+) -> Message:
+    """A message of a received entry (the consumer's hot path).
+
+    Its id is built, and its metadata fields read, only when first asked for:
+    most applications never look at most of them.  ``index`` is -1 outside a
+    batch.  A lone message keeps its entry's metadata serialized (a parsed one
+    holds over 1 KiB while the message lives) and parses it again when read; a
+    message of a batch keeps the fields its entry's messages share and its own
+    ``single`` metadata.
+    """
+    msg: Message = _new_object(Message)
+    msg.value = value
+    msg.topic = topic
+    msg.redelivery_count = redelivery_count
+    msg._consumer = consumer
+    msg._acker = acker
+    msg._message_id = None
+    msg._position = position
+    msg._index = index
+    msg._meta = meta
+    msg._single = single
+    return msg

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -52,12 +53,16 @@ class ReceiverQueue(Generic[T]):
             return self._items.popleft()
         if self._closed is not None:
             raise self._closed
-        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        if timeout is not None and timeout <= 0:
+            raise builtins.TimeoutError
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[T] = loop.create_future()
         self._waiters.append(waiter)
+        # A timer that fails the waiter costs less than asyncio.wait_for's extra
+        # future and callbacks (this runs whenever a consumer drains its queue).
+        timer = None if timeout is None else loop.call_later(timeout, _time_out, waiter)
         try:
-            if timeout is None:
-                return await waiter
-            return await asyncio.wait_for(waiter, timeout)
+            return await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 # The item arrived as we were cancelled: keep it for the next getter.
@@ -67,6 +72,9 @@ class ReceiverQueue(Generic[T]):
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def remove_if(self, predicate: Callable[[T], bool]) -> int:
         """Drop queued items matching ``predicate``; returns how many."""
@@ -87,3 +95,8 @@ class ReceiverQueue(Generic[T]):
     @property
     def closed(self) -> bool:
         return self._closed is not None
+
+
+def _time_out(waiter: asyncio.Future[Any]) -> None:
+    if not waiter.done():
+        waiter.set_exception(builtins.TimeoutError())

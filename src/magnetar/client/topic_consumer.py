@@ -23,7 +23,7 @@ from magnetar.client.backoff import Clock, RedeliveryBackoff
 from magnetar.client.connection import Connection
 from magnetar.client.errors import AlreadyClosed, PulsarError, TimeoutError
 from magnetar.client.handler import ConnectionHandler
-from magnetar.client.message import Message, new_id, payload_to_messages
+from magnetar.client.message import Message, payload_to_messages, received
 from magnetar.client.nack import NegativeAcksTracker
 from magnetar.client.schema import SchemaInfo
 from magnetar.protocol.client_codec import encode_flow, split_entry
@@ -120,6 +120,7 @@ class TopicConsumer(ConnectionHandler):
         self._acks = AckGroupingTracker(conf.ack_group_max_size)
         self._ack_timer: asyncio.TimerHandle | None = None
         self._nacks = _nack_tracker(conf, self._clock)
+        self._nacked = False  # until the first nack, acks need not look in the tracker
         self._nack_timer: asyncio.TimerHandle | None = None
         self._nack_timer_at = 0.0
         self._unacked = (
@@ -131,10 +132,16 @@ class TopicConsumer(ConnectionHandler):
         # they resume after the last message the application took.
         self._start = start_message_id
         self._start_inclusive = conf.start_message_id_inclusive
-        self.last_dequeued: MessageId | None = None
+        self._last_taken: Message | None = None
         self.is_active: bool | None = None
         self.reached_end_of_topic = False
         self._subscribed = False
+
+    @property
+    def last_dequeued(self) -> MessageId | None:
+        """The id of the last message the application took (None since a seek)."""
+        # Kept as the message: its id is built only if this is read.
+        return None if self._last_taken is None else self._last_taken.message_id
 
     # ------------------------------------------------------------------ attaching
 
@@ -235,12 +242,11 @@ class TopicConsumer(ConnectionHandler):
     def decode(self, raw: RawEntry) -> list[Message]:
         """The messages of a received entry, in order (none if all are skipped)."""
         cmd = raw.command
-        body = raw.body
         mid = cmd.message_id
         ledger = mid.ledgerId
         entry = mid.entryId
         try:
-            metadata_bytes, payload = split_entry(body)
+            metadata_bytes, payload = split_entry(raw.body)
             metadata = _parse_metadata(metadata_bytes)
         except ChecksumMismatch:
             log.error("%s: entry %d:%d fails its checksum; discarding it",
@@ -259,7 +265,7 @@ class TopicConsumer(ConnectionHandler):
             self._credit(count)  # dispatched before a redeliver-all; it comes again
             return []
         position = (ledger, entry)
-        if self._acks.maybe_acked and self._acks.is_duplicate(position):
+        if self._acks.is_duplicate(position):
             self._credit(count)
             return []
         try:
@@ -269,38 +275,16 @@ class TopicConsumer(ConnectionHandler):
                       self.topic, ledger, entry, exc)
             self._discard(ledger, entry, pb.CommandAck.DecompressionError)
             return []
-        partition = self.partition
-        topic = self.topic
-        redelivery_count = cmd.redelivery_count
-        publish_time = metadata.publish_time
-        producer_name = metadata.producer_name
-        has = metadata.HasField
-        schema_version = metadata.schema_version or None
         start = self._start
         check_start = start is not None and start.ledger_id == ledger
-        inclusive = self._start_inclusive
-        out: list[Message] = []
-        put = out.append
         if not batched:
-            if check_start and start is not None and _prior(entry, start.entry_id, inclusive):
+            if check_start and start is not None and _prior(
+                entry, start.entry_id, self._start_inclusive
+            ):
                 self._credit(1)
                 return []
-            put(Message(
-                items[0][1],
-                new_id(ledger, entry, -1, partition, 0),
-                topic,
-                metadata.partition_key if has("partition_key") else None,
-                metadata.ordering_key or None,
-                {kv.key: kv.value for kv in metadata.properties} if metadata.properties else {},
-                metadata.event_time or None,
-                publish_time,
-                redelivery_count,
-                producer_name,
-                metadata.sequence_id,
-                schema_version,
-                self,
-            ))
-            return out
+            return [received(items[0][1], position, -1, self.topic, cmd.redelivery_count,
+                             self, None, metadata_bytes, None)]
         n = len(items)
         acker = self._batch_ackers.get(position)
         if acker is None or acker.size != n:
@@ -308,38 +292,27 @@ class TopicConsumer(ConnectionHandler):
             self._batch_ackers[position] = acker
         ack_set = list(cmd.ack_set)
         skip_prior = check_start and start is not None and start.entry_id == entry
-        base_sequence = metadata.sequence_id
+        # Usually every message of the entry is wanted: then skip the per-message tests.
+        filtering = bool(ack_set) or skip_prior or not acker.none_acked
+        inclusive = self._start_inclusive
+        shared = (metadata.publish_time, metadata.producer_name, metadata.schema_version or None,
+                  metadata.sequence_id)
+        topic = self.topic
+        redelivery_count = cmd.redelivery_count
+        out: list[Message] = []
+        put = out.append
         skipped = 0
         for index, (single, payload) in enumerate(items):
-            if acker.is_acked(index) or (ack_set and not _bit(ack_set, index)) or (
-                skip_prior and start is not None and _prior(index, start.batch_index, inclusive)
+            if filtering and (
+                acker.is_acked(index) or (ack_set and not _bit(ack_set, index)) or (
+                    skip_prior and start is not None
+                    and _prior(index, start.batch_index, inclusive)
+                )
             ):
                 skipped += 1
                 continue
-            if single is None:  # only a PIP-96 processor yields these inside a batch
-                put(Message(
-                    payload, new_id(ledger, entry, index, partition, n), topic,
-                    None, None, {}, None, publish_time, redelivery_count, producer_name,
-                    base_sequence + index, schema_version, self, acker,
-                ))
-                continue
-            shas = single.HasField
-            put(Message(
-                payload,
-                new_id(ledger, entry, index, partition, n),
-                topic,
-                single.partition_key if shas("partition_key") else None,
-                single.ordering_key or None,
-                {kv.key: kv.value for kv in single.properties} if single.properties else {},
-                single.event_time or None,
-                publish_time,
-                redelivery_count,
-                producer_name,
-                single.sequence_id if shas("sequence_id") else base_sequence + index,
-                schema_version,
-                self,
-                acker,
-            ))
+            put(received(payload, position, index, topic, redelivery_count, self, acker,
+                         shared, single))
         if skipped:
             self._credit(skipped)
             if skipped == n and acker.complete:
@@ -379,7 +352,7 @@ class TopicConsumer(ConnectionHandler):
             if conn is not None:
                 conn.write_now(encode_flow(self.consumer_id, self._permits))
                 self._permits = 0
-        self.last_dequeued = msg.message_id
+        self._last_taken = msg
         if self._unacked is not None:
             self._unacked.add(msg.message_id)
             if self._unacked_timer is None:
@@ -388,17 +361,25 @@ class TopicConsumer(ConnectionHandler):
     # ------------------------------------------------------------------ acks
 
     def acknowledge(self, message_id: MessageId, acker: BatchAcker | None = None) -> None:
-        position = (message_id.ledger_id, message_id.entry_id)
         if self._unacked is not None:
             self._unacked.remove(message_id)
-        if message_id.batch_index >= 0:
+        self._ack((message_id.ledger_id, message_id.entry_id), message_id.batch_index, acker)
+
+    def acknowledge_message(self, msg: Message) -> None:
+        """:meth:`acknowledge` for a message received here, without building its id."""
+        if self._unacked is not None:
+            self._unacked.remove(msg.message_id)
+        self._ack(msg._position, msg._index, msg._acker)
+
+    def _ack(self, position: Position, batch_index: int, acker: BatchAcker | None) -> None:
+        if batch_index >= 0:
             acker = acker or self._batch_ackers.get(position)
             if acker is not None:
-                if not acker.ack(message_id.batch_index):
+                if not acker.ack(batch_index):
                     return  # the entry is acked when all of its messages are
                 if self._batch_ackers.get(position) is acker:
                     del self._batch_ackers[position]
-        if self._nacks:
+        if self._nacked:
             self._nacks.remove(position)
         if self._acks.add(position) or self.conf.ack_group_time <= 0:
             self._flush_acks()
@@ -466,7 +447,7 @@ class TopicConsumer(ConnectionHandler):
                         del self._batch_ackers[position]
                 else:
                     data.ack_set.extend(acker.ack_set())
-        if complete and self._nacks:
+        if complete and self._nacked:
             self._nacks.remove(position)
         conn.write(encode_command_with_body(cmd, body))
 
@@ -508,6 +489,7 @@ class TopicConsumer(ConnectionHandler):
         position = (message_id.ledger_id, message_id.entry_id)
         if self._unacked is not None:
             self._unacked.remove(message_id)
+        self._nacked = True
         due = self._nacks.add(position, redelivery_count)
         if self._nack_timer is None or due < self._nack_timer_at:
             self._arm_nack_timer(due)
@@ -600,7 +582,7 @@ class TopicConsumer(ConnectionHandler):
         self._nacks.clear()
         if self._unacked is not None:
             self._unacked.clear()
-        self.last_dequeued = None
+        self._last_taken = None
         if not self.conf.durable:
             self._start = target if isinstance(target, MessageId) else None
             self._start_inclusive = self.conf.start_message_id_inclusive

@@ -175,24 +175,29 @@ def split_entry(body: bytes, verify_checksum: bool = True) -> tuple[bytes, bytes
     The same cut as :func:`magnetar.protocol.frames.parse_payload`, without the
     intermediate objects (this runs once per received entry).
     """
+    length = len(body)
     pos = 0
-    if body[:2] == b"\x0e\x02":  # broker entry metadata first: skip it
-        if len(body) < 6:
+    if body.startswith(b"\x0e\x02"):  # broker entry metadata first: skip it
+        if length < 6:
             raise MalformedFrame("truncated broker entry metadata")
         pos = 6 + _U32.unpack_from(body, 2)[0]
-    if body[pos:pos + 2] == b"\x0e\x01":
-        if len(body) - pos < 6:
-            raise MalformedFrame("payload section too short for its checksum")
-        expected = _U32.unpack_from(body, pos + 2)[0]
-        pos += 6
-        if verify_checksum and crc32c(memoryview(body)[pos:]) != expected:
-            raise ChecksumMismatch("payload checksum does not match its frame")
-    if len(body) - pos < 4:
+    if length - pos >= 6:
+        magic, expected = _MAGIC_CRC.unpack_from(body, pos)
+        if magic == MAGIC_CRC32C:
+            pos += 6
+            if verify_checksum:
+                # Up to a few KiB a copy costs less than a memoryview and its slice.
+                section = body[pos:] if length - pos <= 4096 else memoryview(body)[pos:]
+                if crc32c(section) != expected:
+                    raise ChecksumMismatch("payload checksum does not match its frame")
+    elif body.startswith(b"\x0e\x01", pos):
+        raise MalformedFrame("payload section too short for its checksum")
+    if length - pos < 4:
         raise MalformedFrame("payload section too short for its metadata size")
     size = _U32.unpack_from(body, pos)[0]
     pos += 4
     end = pos + size
-    if end > len(body):
+    if end > length:
         raise MalformedFrame(f"metadata size {size} runs past the end of the frame")
     return body[pos:end], body[end:]
 
