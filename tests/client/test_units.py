@@ -391,7 +391,8 @@ def test_a_received_message_reads_its_metadata_on_first_use() -> None:
         schema_version=b"\x00\x01",
         properties=[pb.KeyValue(key="a", value="b")],
     )
-    alone = received(b"v", (5, 6), -1, "t", 2, partition, None, metadata.SerializeToString(), None)
+    serialized = metadata.SerializeToString()
+    alone = received(b"v", (5, 6), -1, "t", 2, partition, None, "p", serialized, None)
     alone.key = "mine"  # a write before any read is kept
     assert (alone.key, alone.properties, alone.event_time, alone.publish_time) == (
         "mine",
@@ -407,12 +408,12 @@ def test_a_received_message_reads_its_metadata_on_first_use() -> None:
     single = pb.SingleMessageMetadata(
         payload_size=1, partition_key="sk", properties=[pb.KeyValue(key="x", value="y")]
     )
-    shared = (123, "p", None, 40)  # publish time, producer, schema version, first sequence id
-    in_batch = received(b"w", (5, 7), 2, "t", 0, partition, BatchAcker(4), shared, single)
+    shared = (123, None, 40)  # publish time, schema version, first sequence id
+    in_batch = received(b"w", (5, 7), 2, "t", 0, partition, BatchAcker(4), "p", shared, single)
     assert (in_batch.sequence_id, in_batch.key, in_batch.properties) == (42, "sk", {"x": "y"})
     assert (in_batch.publish_time, in_batch.producer_name, in_batch.event_time) == (123, "p", None)
     mid = in_batch.message_id
     assert (mid.entry_id, mid.batch_index, mid.batch_size, mid.partition) == (7, 2, 4, 3)
     # A message a PIP-96 processor yields inside a batch has no metadata of its own.
-    bare = received(b"z", (5, 7), 3, "t", 0, partition, None, shared, None)
+    bare = received(b"z", (5, 7), 3, "t", 0, partition, None, "p", shared, None)
     assert (bare.key, bare.properties, bare.sequence_id) == (None, {}, 43)

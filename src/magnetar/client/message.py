@@ -62,9 +62,9 @@ def new_id(ledger: int, entry: int, batch_index: int, partition: int, batch_size
 _parse_metadata = pb.MessageMetadata.FromString
 T = TypeVar("T")
 
-# What the messages of a batch share: publish time, producer name, schema version
-# and the sequence id of the first.
-EntryFields = tuple[int, str, bytes | None, int]
+# What the messages of a batch share: publish time, schema version and the sequence
+# id of the first.
+EntryFields = tuple[int, bytes | None, int]
 
 
 class _MetadataField(Generic[T]):
@@ -115,12 +115,12 @@ class Message:
         "_meta",
         "_ordering_key",
         "_position",
-        "_producer_name",
         "_properties",
         "_publish_time",
         "_schema_version",
         "_sequence_id",
         "_single",
+        "producer_name",
         "redelivery_count",
         "topic",
         "value",
@@ -136,7 +136,6 @@ class Message:
     properties: _MetadataField[dict[str, str]] = _MetadataField()
     event_time: _MetadataField[int | None] = _MetadataField()
     publish_time: _MetadataField[int] = _MetadataField()
-    producer_name: _MetadataField[str] = _MetadataField()
     sequence_id: _MetadataField[int] = _MetadataField()
     schema_version: _MetadataField[bytes | None] = _MetadataField()
 
@@ -165,7 +164,7 @@ class Message:
         self._properties = properties if properties is not None else {}
         self._event_time = event_time
         self._publish_time = publish_time
-        self._producer_name = producer_name
+        self.producer_name = producer_name
         self._sequence_id = sequence_id
         self._schema_version = schema_version
         self._consumer = consumer
@@ -200,11 +199,10 @@ class Message:
         if isinstance(meta, bytes):  # a message of its own: all in the entry's metadata
             source = _parse_metadata(meta)
             self._publish_time = source.publish_time
-            self._producer_name = source.producer_name
             self._schema_version = source.schema_version or None
             self._sequence_id = source.sequence_id
         else:  # in a batch: the entry's fields, shared, and the message's own
-            self._publish_time, self._producer_name, self._schema_version, base = meta
+            self._publish_time, self._schema_version, base = meta
             source = self._single
             if source is not None and source.HasField("sequence_id"):
                 self._sequence_id = source.sequence_id
@@ -244,6 +242,7 @@ def received(
     redelivery_count: int,
     consumer: Any,
     acker: BatchAcker | None,
+    producer_name: str,
     meta: EntryFields | bytes,
     single: pb.SingleMessageMetadata | None,
 ) -> Message:
@@ -260,6 +259,7 @@ def received(
     msg.value = value
     msg.topic = topic
     msg.redelivery_count = redelivery_count
+    msg.producer_name = producer_name  # at once: a PIP-371 reply needs it
     msg._consumer = consumer
     msg._acker = acker
     msg._message_id = None

@@ -284,7 +284,7 @@ class TopicConsumer(ConnectionHandler):
                 self._credit(1)
                 return []
             return [received(items[0][1], position, -1, self.topic, cmd.redelivery_count,
-                             self, None, metadata_bytes, None)]
+                             self, None, metadata.producer_name, metadata_bytes, None)]
         n = len(items)
         acker = self._batch_ackers.get(position)
         if acker is None or acker.size != n:
@@ -295,8 +295,8 @@ class TopicConsumer(ConnectionHandler):
         # Usually every message of the entry is wanted: then skip the per-message tests.
         filtering = bool(ack_set) or skip_prior or not acker.none_acked
         inclusive = self._start_inclusive
-        shared = (metadata.publish_time, metadata.producer_name, metadata.schema_version or None,
-                  metadata.sequence_id)
+        producer_name = metadata.producer_name
+        shared = (metadata.publish_time, metadata.schema_version or None, metadata.sequence_id)
         topic = self.topic
         redelivery_count = cmd.redelivery_count
         out: list[Message] = []
@@ -312,7 +312,7 @@ class TopicConsumer(ConnectionHandler):
                 skipped += 1
                 continue
             put(received(payload, position, index, topic, redelivery_count, self, acker,
-                         shared, single))
+                         producer_name, shared, single))
         if skipped:
             self._credit(skipped)
             if skipped == n and acker.complete:
