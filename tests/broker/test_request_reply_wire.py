@@ -149,6 +149,23 @@ def test_oversized_reply_is_refused_and_the_request_stays_unacked(tmp_path) -> N
         )
 
 
+def test_reply_to_a_message_past_the_end_is_refused(broker: EmbeddedBroker, topic: str) -> None:
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic)
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")
+    first = requester.publish(1, name, 0, b"q")
+    responder.expect(BaseCommand.MESSAGE)
+    ahead = pb.MessageIdData(ledgerId=first.ledgerId, entryId=first.entryId + 1)
+    responder.send(*ack_with_reply(ahead, name, b"forged in advance", request_id=4))
+    response = responder.expect(BaseCommand.ACK_RESPONSE).command.ackResponse
+    assert response.error == pb.NotAllowedError and "past the end" in response.message
+    # The request that gets that id later is not answered by the early reply.
+    second = requester.publish(1, name, 1, b"q2")
+    assert second.entryId == ahead.entryId
+    assert requester.nothing_of(BaseCommand.REQUEST_RECEIPT)
+
+
 def test_reply_waits_for_a_requester_that_reconnects(broker: EmbeddedBroker, topic: str) -> None:
     requester = RawPeer(broker.port)
     name = requester.producer(topic, producer_id=3, name="comes-back")

@@ -71,6 +71,11 @@ class ReplyRouter:
         topic = consumer.subscription.topic
         requester = ack.reply_to_client
         mid = ack.message_id[0]
+        if topic.entry_id_of(mid.ledgerId, mid.entryId) > topic.last_visible_entry_id:
+            # No request has that id yet; held, it could answer one published later.
+            raise ReplyRejected(
+                f"reply to {mid.ledgerId}:{mid.entryId}, past the end of {topic.name}"
+            )
         key = (topic.name, mid.ledgerId, mid.entryId, mid.batch_index)
         if key in self._replied:
             self._drop("duplicate", requester, topic)
