@@ -58,6 +58,7 @@ import pytest
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
 
+from magnetar.protocol.client_codec import varint
 from magnetar.protocol.errors import FrameTooLarge, ProtocolError
 from magnetar.protocol.frames import (
     Frame,
@@ -239,16 +240,6 @@ def reframe(command_bytes: bytes, body: bytes = b"") -> bytes:
         + command_bytes
         + body
     )
-
-
-def varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def answer_key(frame: Frame) -> object:
