@@ -37,7 +37,7 @@ from magnetar.protocol.frames import (
 )
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
-from magnetar.storage.store import MAX_QUOTED_NAME, quoted_length
+from magnetar.storage.store import too_long_for_a_file
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -591,13 +591,9 @@ class ServerCnx(asyncio.Protocol):
         if not request.subscription:
             raise CommandError(pb.NotAllowedError, "subscription name is empty")
         name = self._topic_name(request.topic)
-        if quoted_length(request.subscription) > MAX_QUOTED_NAME:
-            raise CommandError(
-                pb.NotAllowedError,
-                f"subscription name {request.subscription[:40]!r}... is too long: it takes "
-                f"{quoted_length(request.subscription)} bytes in a file name, "
-                f"at most {MAX_QUOTED_NAME}",
-            )
+        too_long = too_long_for_a_file(request.subscription)
+        if too_long:
+            raise CommandError(pb.NotAllowedError, f"subscription name {too_long}")
         topic = self._get_topic(name, create=request.force_topic_creation)
         if request.HasField("schema"):
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from magnetar.storage.store import MAX_QUOTED_NAME, quoted_length
+from magnetar.storage.store import MAX_QUOTED_NAME, too_long_for_a_file
 
 PARTITION_SUFFIX = "-partition-"
 _PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
@@ -61,12 +61,9 @@ class TopicName:
                 )
         if not local or _LOCAL_FORBIDDEN.search(local):
             raise InvalidTopicName(f"invalid local topic name {local!r} in {name!r}")
-        size = quoted_length(local)
-        if size > MAX_QUOTED_NAME:
-            raise InvalidTopicName(
-                f"topic name {local[:40]!r}... is too long: it takes {size} bytes in a file "
-                f"name, at most {MAX_QUOTED_NAME}"
-            )
+        too_long = too_long_for_a_file(local)
+        if too_long:
+            raise InvalidTopicName(f"topic name {too_long}")
         return cls(domain, tenant, namespace, local)
 
     @property

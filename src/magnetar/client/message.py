@@ -85,12 +85,12 @@ class _MetadataField(Generic[T]):
         if msg is None:
             return self
         if msg._meta is not None:
-            msg._read_metadata(msg._meta)
+            msg._read_metadata()
         return getattr(msg, self.slot)  # type: ignore[no-any-return]
 
     def __set__(self, msg: Message, value: T) -> None:
         if msg._meta is not None:
-            msg._read_metadata(msg._meta)
+            msg._read_metadata()
         setattr(msg, self.slot, value)
 
 
@@ -190,11 +190,9 @@ class Message:
         self._position = (value.ledger_id, value.entry_id)
         self._index = value.batch_index
 
-    def _read_metadata(self, meta: EntryFields | bytes) -> None:
-        """Set every metadata field at once, then let go of the metadata.
-
-        The setters call this first too, or a later read would undo what they set.
-        """
+    def _read_metadata(self) -> None:
+        """Set every metadata field at once from ``_meta``, then let go of it."""
+        meta = self._meta
         source: pb.MessageMetadata | pb.SingleMessageMetadata | None
         if isinstance(meta, bytes):  # a message of its own: all in the entry's metadata
             source = _parse_metadata(meta)
@@ -202,6 +200,7 @@ class Message:
             self._schema_version = source.schema_version or None
             self._sequence_id = source.sequence_id
         else:  # in a batch: the entry's fields, shared, and the message's own
+            assert meta is not None  # (the descriptors call this only then)
             self._publish_time, self._schema_version, base = meta
             source = self._single
             if source is not None and source.HasField("sequence_id"):

@@ -57,9 +57,15 @@ def quote_name(name: str) -> str:
 MAX_QUOTED_NAME = 200
 
 
-def quoted_length(name: str) -> int:
-    """Bytes the name takes on disk (topic local names and subscription names alike)."""
-    return len(quote_name(name))
+def too_long_for_a_file(name: str) -> str | None:
+    """Why ``name`` (a topic's local name or a subscription's) cannot be stored, or None."""
+    size = len(quote_name(name))
+    if size <= MAX_QUOTED_NAME:
+        return None
+    return (
+        f"{name[:40]!r}... is too long: it takes {size} bytes in a file name, "
+        f"at most {MAX_QUOTED_NAME}"
+    )
 
 
 class Store:
