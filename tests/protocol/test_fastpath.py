@@ -73,8 +73,10 @@ def test_message_id_encoder_matches_the_function() -> None:
 def test_request_receipt_matches_generated_code() -> None:
     from magnetar.protocol.fastpath import encode_request_receipt
 
-    for is_error in (False, True):
-        fast = encode_request_receipt(5, message_id_bytes(1795307393, 42, 2, 3), is_error, b"body")
+    for is_error, sequence_id in ((False, None), (True, None), (False, 0), (True, 2**40)):
+        fast = encode_request_receipt(
+            5, message_id_bytes(1795307393, 42, 2, 3), is_error, b"body", sequence_id
+        )
         receipt = pb.CommandRequestReceipt(
             reply_to_producer_id=5,
             request_message_id=pb.MessageIdData(
@@ -83,6 +85,8 @@ def test_request_receipt_matches_generated_code() -> None:
         )
         if is_error:
             receipt.is_error = True
+        if sequence_id is not None:
+            receipt.request_sequence_id = sequence_id
         slow = encode_command_with_body(
             BaseCommand(type=BaseCommand.REQUEST_RECEIPT, requestReceipt=receipt), b"body"
         )

@@ -96,15 +96,22 @@ def encode_message_frame(
 
 
 def encode_request_receipt(
-    producer_id: int, request_id: bytes, is_error: bool, body: bytes
+    producer_id: int,
+    request_id: bytes,
+    is_error: bool,
+    body: bytes,
+    sequence_id: int | None = None,
 ) -> bytes:
     """PIP-371 REQUEST_RECEIPT (BaseCommand field 69) followed by the reply body.
 
-    ``request_id`` is the output of :func:`message_id_bytes`.
+    ``request_id`` is the output of :func:`message_id_bytes`; ``sequence_id`` is the
+    request's producer sequence id (field 4), which the client matches replies by.
     """
     inner = b"\x08" + varint(producer_id) + b"\x12" + varint(len(request_id)) + request_id
     if is_error:
         inner += b"\x18\x01"
+    if sequence_id is not None:
+        inner += b"\x20" + varint(sequence_id)
     cmd = _TYPE_REQUEST_RECEIPT + _FIELD_REQUEST_RECEIPT + varint(len(inner)) + inner
     return _TWO_U32.pack(len(cmd) + 4 + len(body), len(cmd)) + cmd + body
 

@@ -750,14 +750,16 @@ class CommandAckResponse(_message.Message):
     def __init__(self, consumer_id: _Optional[int] = ..., txnid_least_bits: _Optional[int] = ..., txnid_most_bits: _Optional[int] = ..., error: _Optional[_Union[ServerError, str]] = ..., message: _Optional[str] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class CommandRequestReceipt(_message.Message):
-    __slots__ = ("reply_to_producer_id", "request_message_id", "is_error")
+    __slots__ = ("reply_to_producer_id", "request_message_id", "is_error", "request_sequence_id")
     REPLY_TO_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     reply_to_producer_id: int
     request_message_id: MessageIdData
     is_error: bool
-    def __init__(self, reply_to_producer_id: _Optional[int] = ..., request_message_id: _Optional[_Union[MessageIdData, _Mapping]] = ..., is_error: _Optional[bool] = ...) -> None: ...
+    request_sequence_id: int
+    def __init__(self, reply_to_producer_id: _Optional[int] = ..., request_message_id: _Optional[_Union[MessageIdData, _Mapping]] = ..., is_error: _Optional[bool] = ..., request_sequence_id: _Optional[int] = ...) -> None: ...
 
 class CommandActiveConsumerChange(_message.Message):
     __slots__ = ("consumer_id", "is_active")
