@@ -1,0 +1,93 @@
+"""The cursor store of a ledger: the ``cursors/`` directory and the opened cursors.
+
+Owns opening (loading or creating), deleting, listing and flushing the cursors of
+one topic, the lowest durable mark-delete position for trimming, and rewinding
+cursors that acknowledged past the end of the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from magnetar.storage.cursor import ManagedCursor, cursor_name_from_file, cursor_path
+from magnetar.storage.fsutil import fsync_dir
+
+logger = logging.getLogger("magnetar.storage")
+
+
+class CursorStore:
+    def __init__(self, owner: Path, directory: Path) -> None:
+        """``owner`` names the ledger in log messages; ``directory`` holds the files."""
+        self._owner = owner
+        self.directory = directory
+        self.cursors: dict[str, ManagedCursor] = {}
+
+    def path(self, name: str) -> Path:
+        return cursor_path(self.directory, name)
+
+    def open(self, name: str, initial_mark_delete: int) -> ManagedCursor:
+        """The cursor ``name``: loaded if persisted, else created at ``initial_mark_delete``."""
+        cursor = self.cursors.get(name)
+        if cursor is not None:
+            return cursor
+        path = self.path(name)
+        if path.exists():
+            cursor = ManagedCursor.load(path)
+        else:
+            cursor = ManagedCursor(name, path, initial_mark_delete)
+            cursor.dirty = True
+            cursor.flush()
+        self.cursors[name] = cursor
+        return cursor
+
+    def durable_marks(self) -> list[int]:
+        """The mark-delete positions of every cursor, opened or only on disk, after
+        flushing the dirty ones (so none lies beyond what a restart would reload)."""
+        self.flush()
+        marks = [cursor.mark_delete for cursor in self.cursors.values()]
+        for name in self.persisted_names():
+            if name not in self.cursors:
+                marks.append(ManagedCursor.load(self.path(name)).mark_delete)
+        return marks
+
+    def rewind_past_end(self, last: int) -> list[str]:
+        """Make every opened cursor acknowledge nothing past entry ``last``; returns
+        the names of the cursors that were rewound."""
+        rewound = []
+        for cursor in self.cursors.values():
+            ranges = cursor.individually_acked_ranges()
+            if cursor.mark_delete <= last and not (ranges and ranges[-1][1] > last):
+                continue
+            logger.warning(
+                "%s: cursor %s acknowledged past the end %d of the log; rewound",
+                self._owner, cursor.name, last,
+            )
+            cursor.reset(min(cursor.mark_delete, last))
+            cursor.flush()
+            rewound.append(cursor.name)
+        return rewound
+
+    def delete(self, name: str) -> None:
+        """Forget the cursor and remove its file (no error if there is none)."""
+        self.cursors.pop(name, None)
+        path = self.path(name)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        fsync_dir(path.parent)
+
+    def persisted_names(self) -> list[str]:
+        """Names of the cursors on disk."""
+        names = []
+        for path in sorted(self.directory.iterdir()):
+            name = cursor_name_from_file(path.name)
+            if name is not None:
+                names.append(name)
+        return names
+
+    def flush(self) -> None:
+        """Persist every dirty cursor."""
+        for cursor in list(self.cursors.values()):
+            cursor.flush()

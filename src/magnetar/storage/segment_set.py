@@ -1,0 +1,114 @@
+"""The segment set of a ledger: its segment files in id order, and reading them.
+
+Owns the list of open segments (the last one is the active segment the write
+pipeline appends to), finding the segment that holds an entry id, reads of one entry
+or a run of entries (through the tail cache first), the byte count of the files, and
+trimming whole segments off the front.  It does not know what is durable: callers
+pass the highest id they may read.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from magnetar.storage.cache import EntryCache
+from magnetar.storage.errors import EntryNotFound
+from magnetar.storage.ledger_config import LedgerStats
+from magnetar.storage.segment import Segment
+
+DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024
+
+
+class SegmentSet:
+    """The segments of one ledger, oldest first; never empty."""
+
+    def __init__(self, segments: list[Segment], cache: EntryCache, stats: LedgerStats) -> None:
+        self.segments = segments
+        self._firsts = [segment.first_entry_id for segment in segments]
+        self.size_bytes = sum(segment.size for segment in segments)  # record headers included
+        self._cache = cache
+        self._stats = stats
+
+    @property
+    def active(self) -> Segment:
+        """The segment appends go to."""
+        return self.segments[-1]
+
+    @property
+    def first_entry_id(self) -> int:
+        return self.segments[0].first_entry_id
+
+    def add(self, segment: Segment) -> None:
+        """A new active segment, after a roll."""
+        self.segments.append(segment)
+        self._firsts.append(segment.first_entry_id)
+
+    def segment_for(self, entry_id: int) -> Segment:
+        return self.segments[bisect_right(self._firsts, entry_id) - 1]
+
+    def read(self, entry_id: int) -> bytes:
+        """One entry, from the cache or the disk; the caller checked the upper bound."""
+        if entry_id < self.first_entry_id:
+            raise EntryNotFound(entry_id)
+        data = self._cache.get(entry_id)
+        if data is not None:
+            self._stats.cache_hits += 1
+            return data
+        self._stats.cache_misses += 1
+        segment = self.segment_for(entry_id)
+        return segment.read(entry_id - segment.first_entry_id)
+
+    def read_range(self, start: int, stop: int, max_bytes: int) -> list[bytes]:
+        """Consecutive entries ``start..stop`` while they fit ``max_bytes`` (at least one)."""
+        if start < self.first_entry_id:
+            raise EntryNotFound(start)
+        out: list[bytes] = []
+        budget = max_bytes
+        entry_id = start
+        cache = self._cache
+        stats = self._stats
+        while entry_id <= stop:
+            if entry_id >= cache.first_id:
+                # The cache is a contiguous run up to the newest entry: all of the rest is in it.
+                for data in cache.iter_from(entry_id, stop):
+                    if len(data) > budget and out:
+                        break
+                    out.append(data)
+                    budget -= len(data)
+                    stats.cache_hits += 1
+                break
+            segment = self.segment_for(entry_id)
+            last = min(stop, cache.first_id - 1, segment.last_entry_id)
+            first_index = entry_id - segment.first_entry_id
+            run = segment.read_run(first_index, last - segment.first_entry_id,
+                                   budget, at_least_one=not out)
+            stats.cache_misses += len(run)
+            out.extend(run)
+            budget -= sum(map(len, run))
+            entry_id += len(run)
+            if entry_id <= last:
+                break  # the byte budget ran out inside this segment
+        return out
+
+    def trim(self, before_entry_id: int) -> int:
+        """Delete whole segments whose entries are all below ``before_entry_id``.
+
+        Never the active segment.  Returns the number of entries removed.  Files go
+        oldest first, so a crash part-way leaves a gap that recovery recognises.
+        """
+        removed = 0
+        segments = self.segments
+        while len(segments) > 1 and segments[0].end_entry_id <= before_entry_id:
+            segment = segments.pop(0)
+            self._firsts.pop(0)
+            removed += segment.count
+            self.size_bytes -= segment.size
+            segment.close()
+            segment.path.unlink()
+        if removed:
+            self._cache.drop_before(self.first_entry_id)
+        return removed
+
+    def close_all(self) -> None:
+        for segment in self.segments:
+            segment.close()

@@ -1,0 +1,61 @@
+"""The system calls behind the write pipeline's jobs, and the lock that guards them.
+
+A job runs on a worker thread (or, for a small group, inline on the loop): fdatasync
+the active segment, or seal a full segment and create its successor.  The loop holds
+the same lock before it closes the files, so a worker never syncs a descriptor that
+was closed (and maybe reused).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from magnetar.storage.errors import LedgerClosed
+from magnetar.storage.fsutil import fsync_dir
+from magnetar.storage.recovery import create_segment_file
+
+
+class SyncJobs:
+    def __init__(self, fdatasync: Callable[[int], None]) -> None:
+        self.fdatasync = fdatasync
+        self._io_lock = threading.Lock()
+        self._io_closed = False
+
+    def sync(self, fd: int) -> float:
+        """Worker thread: make everything written to the active segment durable;
+        returns how long the fdatasync took."""
+        with self._io_lock:
+            if self._io_closed:
+                raise LedgerClosed("ledger closed during sync")
+            started = time.perf_counter()
+            self.fdatasync(fd)
+            return time.perf_counter() - started
+
+    def roll(self, old_fd: int, old_size: int, path: Path) -> int:
+        """Worker thread: seal the full segment, then create and register its successor.
+
+        The sealed file loses its reserved tail first: recovery takes zeros after the
+        records for damage in any segment but the last.
+        """
+        with self._io_lock:
+            if self._io_closed:
+                raise LedgerClosed("ledger closed during roll")
+            os.ftruncate(old_fd, old_size)
+            self.fdatasync(old_fd)
+            fd = create_segment_file(path)
+            try:
+                fsync_dir(path.parent)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+
+    def close_files(self, close: Callable[[], None]) -> None:
+        """Run ``close`` once a running job is done; jobs started later refuse to run."""
+        with self._io_lock:
+            self._io_closed = True
+            close()
