@@ -1,0 +1,210 @@
+"""PRODUCER, SEND and CLOSE_PRODUCER, and what the broker tells a producer's client
+on its own initiative (promoted from waiting, fenced, closed)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from magnetar.broker.entry_info import info_from_metadata
+from magnetar.broker.exclusive import ProducerRefused
+from magnetar.broker.handlers.common import get_topic, topic_name
+from magnetar.broker.handlers.errors import CommandError
+from magnetar.broker.producer import SHARED, Producer
+from magnetar.broker.schemas import IncompatibleSchema, version_bytes
+from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
+from magnetar.protocol.frames import parse_metadata, parse_payload
+from magnetar.protocol.pb import BaseCommand, pb
+
+if TYPE_CHECKING:
+    from magnetar.broker.connection import ServerCnx
+    from magnetar.protocol.frames import Frame
+
+log = logging.getLogger("magnetar.broker.connection")
+
+T = BaseCommand.Type
+
+
+def handle_producer(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+    request = command.producer
+    producer_id = request.producer_id
+    existing = cnx.producers.get(producer_id)
+    if existing is not None and not existing.fenced:
+        if existing.topic_name == str(topic_name(request.topic)) and existing.ready:
+            # The client retried a request we already granted.
+            write_producer_success(cnx, existing, request.request_id)
+            return
+        raise CommandError(
+            pb.NotAllowedError,
+            f"producer id {producer_id} is already in use on this connection",
+        )
+    name = topic_name(request.topic)
+    topic = get_topic(cnx, name, create=True)
+    if topic.terminated:
+        raise CommandError(pb.TopicTerminatedError, f"topic {topic.name} is terminated")
+    if topic.failure:
+        raise CommandError(pb.PersistenceError, topic.failure)
+    if request.HasField("producer_name") and request.producer_name:
+        producer_name = request.producer_name
+        if topic.access.name_in_use(producer_name):
+            raise CommandError(
+                pb.ProducerBusy,
+                f"producer with name '{producer_name}' is already connected to topic {topic.name}",
+            )
+    else:
+        producer_name = cnx.service.generate_producer_name()
+    producer = Producer(
+        cnx=cnx,
+        producer_id=producer_id,
+        name=producer_name,
+        topic_name=topic.name,
+        access_mode=request.producer_access_mode,
+        user_provided_name=request.user_provided_producer_name,
+        request_id=request.request_id,
+        metadata={kv.key: kv.value for kv in request.metadata},
+    )
+    if request.HasField("schema"):
+        try:
+            version = topic.schemas.add_or_get(request.schema)
+        except IncompatibleSchema as exc:
+            raise CommandError(pb.IncompatibleSchema, str(exc)) from None
+        producer.schema_version = version_bytes(version) if version is not None else None
+    requested_epoch = request.topic_epoch if request.HasField("topic_epoch") else None
+    if existing is not None:
+        del cnx.producers[producer_id]
+    try:
+        ready = topic.access.admit(producer, requested_epoch)
+    except ProducerRefused as exc:
+        if exc.error == pb.ProducerFenced:
+            log.info("refused producer %s on %s: %s", producer_name, topic.name, exc)
+        raise CommandError(exc.error, str(exc)) from None
+    cnx.producers[producer_id] = producer
+    log.info(
+        "producer %s (%s) attached to %s from %s%s",
+        producer_name,
+        producer.access_mode_name,
+        topic.name,
+        cnx.remote_address,
+        "" if ready else " (waiting for exclusive access)",
+    )
+    write_producer_success(cnx, producer, request.request_id)
+    if ready:
+        cnx.service.replies.producer_attached(topic, producer)
+
+
+def write_producer_success(cnx: ServerCnx, producer: Producer, request_id: int) -> None:
+    success = pb.CommandProducerSuccess(
+        request_id=request_id,
+        producer_name=producer.name,
+        last_sequence_id=-1,
+        producer_ready=producer.ready,
+    )
+    if producer.schema_version is not None:
+        success.schema_version = producer.schema_version
+    if producer.access_mode != SHARED and producer.topic_epoch is not None:
+        success.topic_epoch = producer.topic_epoch
+    cnx.write_command(BaseCommand(type=T.PRODUCER_SUCCESS, producer_success=success))
+
+
+def write_close_producer(cnx: ServerCnx, producer_id: int) -> None:
+    cnx.write_command(
+        BaseCommand(
+            type=T.CLOSE_PRODUCER,
+            close_producer=pb.CommandCloseProducer(producer_id=producer_id, request_id=0),
+        )
+    )
+
+
+def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+    send = command.send
+    producer = cnx.producers.get(send.producer_id)
+    if producer is None:
+        send_error(
+            cnx,
+            send,
+            pb.NotAllowedError,
+            f"producer id {send.producer_id} is not open on this connection",
+        )
+        return
+    if producer.fenced:
+        send_error(
+            cnx,
+            send,
+            pb.ProducerFenced,
+            f"producer '{producer.name}' was fenced by a newer exclusive producer",
+        )
+        return
+    if not producer.ready:
+        send_error(
+            cnx,
+            send,
+            pb.NotAllowedError,
+            f"producer '{producer.name}' is waiting for exclusive access",
+        )
+        return
+    body = frame.body
+    try:
+        section = parse_payload(body)
+        metadata = parse_metadata(section)
+    except ChecksumMismatch as exc:
+        send_error(cnx, send, pb.ChecksumError, str(exc))
+        return
+    except ProtocolError as exc:
+        send_error(cnx, send, pb.NotAllowedError, f"bad message: {exc}")
+        return
+    # The limit is on the payload, as clients apply it; metadata rides in the
+    # frame's padding (chunks of a large message are exactly max size each).
+    max_size = cnx.service.config.max_message_size
+    if len(section.payload) > max_size:
+        send_error(
+            cnx,
+            send,
+            pb.NotAllowedError,
+            f"message of {len(section.payload)} bytes exceeds the maximum message size "
+            f"of {max_size} bytes",
+        )
+        return
+    topic = cnx.service.topics.get(producer.topic_name)
+    if topic is None or topic.closed:
+        send_error(cnx, send, pb.ServiceNotReady, f"topic {producer.topic_name} is not loaded")
+        return
+    if topic.terminated:
+        send_error(cnx, send, pb.TopicTerminatedError, f"topic {topic.name} is terminated")
+        return
+    if topic.failure:
+        send_error(cnx, send, pb.PersistenceError, topic.failure)
+        return
+    # The entry's own metadata says how many messages it holds (as Pulsar's
+    # dispatcher reads it); CommandSend.num_messages is the producer's word only.
+    info = info_from_metadata(metadata)
+    topic.publish(producer, send.sequence_id, send.highest_sequence_id, body, info)
+
+
+def send_error(cnx: ServerCnx, send: pb.CommandSend, error: int, message: str) -> None:
+    log.info("send error to %s: %s", cnx.remote_address, message)
+    cnx.write_command(
+        BaseCommand(
+            type=T.SEND_ERROR,
+            send_error=pb.CommandSendError(
+                producer_id=send.producer_id,
+                sequence_id=send.sequence_id,
+                error=error,  # type: ignore[arg-type]
+                message=message,
+            ),
+        )
+    )
+
+
+def handle_close_producer(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+    request = command.close_producer
+    producer = cnx.producers.pop(request.producer_id, None)
+    if producer is not None:
+        detach_producer(cnx, producer, explicit=True)
+    cnx.write_success(request.request_id)
+
+
+def detach_producer(cnx: ServerCnx, producer: Producer, explicit: bool = False) -> None:
+    topic = cnx.service.topics.get(producer.topic_name)
+    if topic is not None:
+        topic.access.release(producer)
+        cnx.service.on_producer_closed(topic, producer, explicit)
