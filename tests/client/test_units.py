@@ -183,6 +183,43 @@ def test_multiplier_redelivery_backoff_curve() -> None:
         MultiplierRedeliveryBackoff(5, 1)
 
 
+def _loop_next_delay(min_delay: float, max_delay: float, multiplier: float, count: int) -> float:
+    """The per-redelivery loop MultiplierRedeliveryBackoff used before its closed form."""
+    if min_delay == 0:
+        return 0.0
+    delay = min_delay
+    for _ in range(max(count, 0)):
+        delay *= multiplier
+        if delay >= max_delay:
+            return max_delay
+    return min(delay, max_delay)
+
+
+@pytest.mark.parametrize(
+    ("min_delay", "max_delay", "multiplier"),
+    [(1.0, 60.0, 2), (0.5, 10.0, 3), (0.1, 600.0, 1.5), (0.2, 0.2, 2), (1.0, 5.0, 1),
+     (0.0, 10.0, 2), (0.001, 1e9, 1.01)],
+)
+def test_multiplier_backoff_closed_form_matches_the_loop(
+    min_delay: float, max_delay: float, multiplier: float
+) -> None:
+    backoff = MultiplierRedeliveryBackoff(min_delay, max_delay, multiplier)
+    for count in range(-1, 101):
+        expected = _loop_next_delay(min_delay, max_delay, multiplier, count)
+        assert backoff.next_delay(count) == pytest.approx(expected, rel=1e-12), count
+
+
+@pytest.mark.timeout(10)  # a hang guard: the old loop ran once per redelivery
+def test_multiplier_backoff_of_a_huge_count_is_computed_not_looped() -> None:
+    assert MultiplierRedeliveryBackoff(1.0, 60.0, 2).next_delay(10**9) == 60.0
+    assert MultiplierRedeliveryBackoff(1.0, 60.0, 1).next_delay(10**18) == 1.0
+    # A multiplier barely above 1 and a wide range: ~10**12 steps to reach max_delay.
+    tiny_steps = MultiplierRedeliveryBackoff(1e-300, 1e300, 1 + 1e-9)
+    assert tiny_steps.next_delay(10**18) == 1e300
+    assert tiny_steps.next_delay(10**9) == pytest.approx(1e-300 * (1 + 1e-9) ** 10**9)
+    assert MultiplierRedeliveryBackoff(1.0, float("inf"), 2).next_delay(10**9) == float("inf")
+
+
 def test_nack_tracker_fixed_delay_with_fake_clock() -> None:
     clock = FakeClock()
     tracker = NegativeAcksTracker(delay=5.0, clock=clock)

@@ -6,6 +6,7 @@ that tests drive them without sleeping.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -77,10 +78,11 @@ class MultiplierRedeliveryBackoff(RedeliveryBackoff):
     ``redelivery_count`` is the count the broker sent with the message, so the
     first nack of a fresh message waits ``min_delay``, the next ``min_delay *
     multiplier`` and so on — the same curve as the Java client's
-    ``MultiplierRedeliveryBackoff``.
+    ``MultiplierRedeliveryBackoff``.  Computed in closed form: any count costs the
+    same.
     """
 
-    __slots__ = ("max_delay", "min_delay", "multiplier")
+    __slots__ = ("_cap", "max_delay", "min_delay", "multiplier")
 
     def __init__(
         self, min_delay: float = 1.0, max_delay: float = 60.0, multiplier: float = 2
@@ -92,18 +94,26 @@ class MultiplierRedeliveryBackoff(RedeliveryBackoff):
         self.min_delay = min_delay
         self.max_delay = max_delay
         self.multiplier = multiplier
+        # From this exponent on the curve is at max_delay for sure (one step of margin
+        # for rounding), so no count raises the multiplier higher than this.
+        self._cap: int | None = None
+        if min_delay > 0 and multiplier > 1 and math.isfinite(max_delay):
+            self._cap = math.ceil(
+                (math.log(max_delay) - math.log(min_delay)) / math.log(multiplier)
+            ) + 1
 
     def next_delay(self, redelivery_count: int) -> float:
-        if redelivery_count < 0:
-            redelivery_count = 0
         if self.min_delay == 0:
             return 0.0
-        # Compare exponents before multiplying so a large count cannot overflow.
-        delay = self.min_delay
-        for _ in range(redelivery_count):
-            delay *= self.multiplier
-            if delay >= self.max_delay:
-                return self.max_delay
+        if self.multiplier == 1:
+            return self.min_delay
+        exponent = max(redelivery_count, 0)
+        if self._cap is not None and exponent > self._cap:
+            exponent = self._cap
+        try:
+            delay = self.min_delay * float(self.multiplier) ** exponent
+        except OverflowError:
+            return self.max_delay
         return min(delay, self.max_delay)
 
     def __repr__(self) -> str:
