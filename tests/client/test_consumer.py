@@ -17,6 +17,7 @@ from magnetar.client import (
     TimeoutError,
 )
 from magnetar.client.errors import AlreadyClosed
+from magnetar.client.topic_consumer import ConsumerConfig
 from magnetar.testing import EmbeddedBroker
 
 
@@ -222,6 +223,22 @@ async def test_negative_ack_backoff_grows(mclient: Client, topic: str) -> None:
     # 0.1 * 3**n seconds: 0.1, 0.3, 0.9
     assert gaps[0] < gaps[1] < gaps[2]
     assert gaps[2] >= 0.8
+
+
+async def test_fixed_nack_delay_and_backoff_together_are_refused(mclient: Client,
+                                                                  topic: str) -> None:
+    backoff = MultiplierRedeliveryBackoff(0.1, 1.0, 2)
+    with pytest.raises(ValueError, match="either negative_ack_redelivery_delay or"):
+        await mclient.subscribe(topic, "both", negative_ack_redelivery_delay=5.0,
+                                negative_ack_redelivery_backoff=backoff)
+    with pytest.raises(ValueError, match="either negative_ack_redelivery_delay or"):
+        ConsumerConfig("both", negative_ack_redelivery_delay=5.0,
+                       negative_ack_redelivery_backoff=backoff)
+    # Either one alone is fine; without both the default fixed delay applies.
+    await mclient.subscribe(topic, "backoff", negative_ack_redelivery_backoff=backoff)
+    await mclient.subscribe(topic, "fixed", negative_ack_redelivery_delay=5.0)
+    default = await mclient.subscribe(topic, "default")
+    assert next(iter(default._subs.values()))._nacks.delay_for(3) == 60.0
 
 
 async def test_negative_ack_on_exclusive_redelivers_in_order(mclient: Client,

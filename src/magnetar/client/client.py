@@ -176,7 +176,7 @@ class Client:
         consumer_name: str | None = None,
         priority_level: int = 0,
         ack_timeout: float | None = None,
-        negative_ack_redelivery_delay: float = 60.0,
+        negative_ack_redelivery_delay: float | None = None,
         negative_ack_redelivery_backoff: RedeliveryBackoff | None = None,
         durable: bool = True,
         schema: SchemaInfo | None = None,
@@ -193,6 +193,11 @@ class Client:
 
         A pattern matches full topic names within one namespace, e.g.
         ``re.compile("persistent://public/default/orders-.*")``.
+
+        A nacked message comes again after ``negative_ack_redelivery_delay`` seconds
+        (60 unless given) or, with a PIP-106 ``negative_ack_redelivery_backoff``, after
+        the delay the backoff computes from its redelivery count; giving both is a
+        ``ValueError``.
         """
         self._check_open()
         conf = ConsumerConfig(

@@ -49,6 +49,7 @@ SUBSCRIPTION_TYPES = {
     "key_shared": _Sub.Key_Shared,
 }
 INITIAL_POSITIONS = {"latest": _Sub.Latest, "earliest": _Sub.Earliest}
+DEFAULT_NACK_DELAY = 60.0  # seconds, as the official clients
 
 
 @dataclass(slots=True)
@@ -60,7 +61,7 @@ class ConsumerConfig:
     consumer_name: str | None = None
     priority_level: int = 0
     ack_timeout: float | None = None
-    negative_ack_redelivery_delay: float = 60.0
+    negative_ack_redelivery_delay: float | None = None  # seconds; None: 60, or the backoff
     negative_ack_redelivery_backoff: RedeliveryBackoff | None = None
     durable: bool = True
     schema: SchemaInfo | None = None
@@ -72,6 +73,15 @@ class ConsumerConfig:
     start_message_id_inclusive: bool = False
     replicate_subscription_state: bool = False
     clock: Clock | None = None
+
+    def __post_init__(self) -> None:
+        if (self.negative_ack_redelivery_delay is not None
+                and self.negative_ack_redelivery_backoff is not None):
+            # PIP-106: a backoff replaces the fixed delay; the Java client refuses both.
+            raise ValueError(
+                "give either negative_ack_redelivery_delay or negative_ack_redelivery_backoff, "
+                "not both (the backoff decides every nack's delay)"
+            )
 
     @property
     def shared(self) -> bool:
@@ -670,6 +680,9 @@ def _bit(words: list[int], index: int) -> bool:
 
 
 def _nack_tracker(conf: ConsumerConfig, clock: Clock) -> NegativeAcksTracker:
+    delay = conf.negative_ack_redelivery_delay
     return NegativeAcksTracker(
-        conf.negative_ack_redelivery_delay, conf.negative_ack_redelivery_backoff, clock=clock
+        DEFAULT_NACK_DELAY if delay is None else delay,
+        conf.negative_ack_redelivery_backoff,
+        clock=clock,
     )
