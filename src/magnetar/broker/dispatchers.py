@@ -50,6 +50,21 @@ class Dispatcher:
     def active_consumer(self) -> Consumer | None:
         return None
 
+    # Key_Shared keeps each key on the consumer that holds its unacked entries; the
+    # other strategies do not track keys.
+    def hold(self, key_hash: int, consumer: Consumer) -> None:
+        pass
+
+    def release(self, key_hash: int) -> None:
+        pass
+
+    @property
+    def holds_keys(self) -> bool:
+        return False
+
+    def clear_holders(self) -> None:
+        pass
+
 
 class SingleActiveDispatcher(Dispatcher):
     """Exclusive and Failover: one active consumer, chosen by priority then name."""
@@ -107,6 +122,10 @@ class KeySharedDispatcher(Dispatcher):
         super().__init__(max_unacked)
         self._ring_hashes: list[int] = []
         self._ring_consumers: list[Consumer] = []
+        # Key hash -> (consumer holding unacked entries of it, how many). A hash is
+        # only given to another consumer once its holder has acked them all, which
+        # keeps each key in order when consumers come and go.
+        self._holders: dict[int, tuple[Consumer, int]] = {}
 
     def add(self, consumer: Consumer) -> None:
         super().add(consumer)
@@ -141,9 +160,31 @@ class KeySharedDispatcher(Dispatcher):
 
     def pick(self, key_hash: int) -> Consumer | None:
         consumer = self.owner(key_hash)
-        if consumer is not None and consumer.can_receive(self.max_unacked):
-            return consumer
-        return None
+        if consumer is None or not consumer.can_receive(self.max_unacked):
+            return None
+        holder = self._holders.get(key_hash)
+        if holder is not None and holder[0] is not consumer:
+            return None  # the key is still draining from another consumer
+        return consumer
+
+    def hold(self, key_hash: int, consumer: Consumer) -> None:
+        holder = self._holders.get(key_hash)
+        self._holders[key_hash] = (consumer, holder[1] + 1 if holder else 1)
+
+    def release(self, key_hash: int) -> None:
+        holder = self._holders.get(key_hash)
+        if holder is not None:
+            if holder[1] <= 1:
+                del self._holders[key_hash]
+            else:
+                self._holders[key_hash] = (holder[0], holder[1] - 1)
+
+    @property
+    def holds_keys(self) -> bool:
+        return bool(self._holders)
+
+    def clear_holders(self) -> None:
+        self._holders.clear()
 
     def check_ranges(self, ranges: Sequence[tuple[int, int]]) -> str | None:
         """Error text if STICKY ranges are invalid or overlap another consumer's."""

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar.broker.delayed import DelayedDeliveryTracker
+from magnetar.broker.dispatch_round import dispatch_round
 from magnetar.broker.dispatchers import (
     SUB_TYPE_NAMES,
     KeySharedDispatcher,
@@ -21,20 +22,14 @@ from magnetar.broker.dispatchers import (
     SubType,
     make_dispatcher,
 )
-from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.broker.failover import FailoverHandover
+from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
     from magnetar.broker.consumer import Consumer
-    from magnetar.broker.entry_info import EntryInfo
     from magnetar.broker.topic import Topic
 
 log = logging.getLogger("magnetar.broker.subscription")
-
-MAX_ENTRIES_PER_ROUND = 2000
-MAX_KEY_SHARED_LOOKAHEAD = 10000
-# As Pulsar's activeConsumerFailoverDelayTimeMillis: a joining consumer that outranks
-# the active one takes over after this many seconds; a leaving one is replaced at once.
-FAILOVER_SWITCH_DELAY = 1.0
 
 
 class Cursor(Protocol):
@@ -73,18 +68,12 @@ class Subscription:
         self.read_position = cursor.mark_delete + 1
         self.replay: set[int] = set()
         self.pending: dict[int, Consumer] = {}
-        # Key_Shared: key hash -> (consumer holding unacked entries of it, how many).
-        # A hash is only given to another consumer once its holder has acked them all,
-        # which keeps each key in order when consumers come and go.
-        self._hash_holders: dict[int, tuple[Consumer, int]] = {}
         self.redelivery_counts: dict[int, int] = {}
         self.delayed = DelayedDeliveryTracker()
         self._dispatch_scheduled = False
         self._delay_timer: asyncio.TimerHandle | None = None
         self._delay_due = 0
-        self._last_active: Consumer | None = None
-        self.failover_delay = FAILOVER_SWITCH_DELAY
-        self._failover_hold: asyncio.TimerHandle | None = None
+        self.failover = FailoverHandover(self)
         self.messages_acked = 0
 
     # ------------------------------------------------------------ consumers
@@ -111,13 +100,6 @@ class Subscription:
         self._active_consumer_changed(joined=True)
         self.schedule_dispatch()
 
-    def _end_failover_hold(self, previous: Consumer) -> None:
-        """The new active consumer starts where the old one left off (minus its acks)."""
-        self._failover_hold = None
-        if not previous.closed and previous.pending:
-            self._return_pending(previous, list(previous.pending), count_redelivery=False)
-        self.schedule_dispatch()
-
     def check_type(self, sub_type: int) -> None:
         if self.consumers and sub_type != self.sub_type:
             raise SubscriptionError(
@@ -137,49 +119,19 @@ class Subscription:
     def remove_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True
         self.dispatcher.remove(consumer)
-        self._return_pending(consumer, list(consumer.pending), count_redelivery=True)
+        self.return_pending(consumer, list(consumer.pending), count_redelivery=True)
         self._active_consumer_changed()
         self.schedule_dispatch()
 
     def _active_consumer_changed(self, joined: bool = False) -> None:
-        if self.sub_type != SubType.Failover:
-            return
-        active = self.dispatcher.active_consumer()
-        if active is self._last_active:
-            return
-        previous = self._last_active
-        self._last_active = active
-        if previous is not None and not previous.closed:
-            if joined and self.failover_delay > 0:
-                # As Pulsar does: the newcomer is active at once, but reading for it
-                # waits a moment so the old consumer's acks in flight can land.
-                if self._failover_hold is not None:
-                    self._failover_hold.cancel()
-                self._failover_hold = self.topic.loop.call_later(
-                    self.failover_delay, self._end_failover_hold, previous
-                )
-            elif previous.pending:
-                self._return_pending(previous, list(previous.pending), count_redelivery=False)
-        for consumer in self.consumers:
-            if consumer.announced:
-                self._tell_active(consumer, consumer is active)
+        if self.sub_type == SubType.Failover:
+            self.failover.active_consumer_changed(joined)
 
     def notify_consumer_active(self, consumer: Consumer) -> None:
         """After SUBSCRIBE's SUCCESS: tell a Failover consumer whether it is active."""
         consumer.announced = True
         if self.sub_type == SubType.Failover:
-            self._tell_active(consumer, consumer is self.dispatcher.active_consumer())
-
-    @staticmethod
-    def _tell_active(consumer: Consumer, is_active: bool) -> None:
-        consumer.cnx.write_command(
-            BaseCommand(
-                type=BaseCommand.ACTIVE_CONSUMER_CHANGE,
-                active_consumer_change=pb.CommandActiveConsumerChange(
-                    consumer_id=consumer.consumer_id, is_active=is_active
-                ),
-            )
-        )
+            self.failover.notify_consumer_active(consumer)
 
     def _unpend(self, entry_id: int) -> Consumer | None:
         """Forget that ``entry_id`` is out with a consumer; returns that consumer."""
@@ -187,18 +139,11 @@ class Subscription:
         if owner is None:
             return None
         owner.pending.pop(entry_id, None)
-        holders = self._hash_holders
-        if holders:
-            key_hash = self.topic.entry_info(entry_id).key_hash
-            holder = holders.get(key_hash)
-            if holder is not None:
-                if holder[1] <= 1:
-                    del holders[key_hash]
-                else:
-                    holders[key_hash] = (holder[0], holder[1] - 1)
+        if self.dispatcher.holds_keys:
+            self.dispatcher.release(self.topic.entry_info(entry_id).key_hash)
         return owner
 
-    def _return_pending(
+    def return_pending(
         self, consumer: Consumer, entry_ids: Iterable[int], count_redelivery: bool
     ) -> None:
         counts = self.redelivery_counts
@@ -242,7 +187,7 @@ class Subscription:
 
     def redeliver(self, consumer: Consumer, entry_ids: list[int] | None) -> None:
         ids = list(consumer.pending) if entry_ids is None else entry_ids
-        self._return_pending(consumer, ids, count_redelivery=True)
+        self.return_pending(consumer, ids, count_redelivery=True)
         self.schedule_dispatch()
 
     # ------------------------------------------------------------ positions
@@ -252,7 +197,7 @@ class Subscription:
         for consumer in self.consumers:
             consumer.pending.clear()
         self.pending.clear()
-        self._hash_holders.clear()
+        self.dispatcher.clear_holders()
         self.replay.clear()
         self.delayed.clear()
         self.redelivery_counts.clear()
@@ -288,146 +233,17 @@ class Subscription:
 
     def _dispatch(self) -> None:
         self._dispatch_scheduled = False
-        if not self.consumers or self._failover_hold is not None:
+        if not self.consumers or self.failover.holding:
             return
         try:
-            more = self._dispatch_round()
+            more = dispatch_round(self)
         except Exception:
             log.exception("dispatch failed on %s/%s", self.topic.name, self.name)
             return
         if more:
             self.schedule_dispatch()
 
-    def _dispatch_round(self) -> bool:
-        """Send what the consumers can take; True if a further round has work."""
-        topic = self.topic
-        ledger = topic.ledger
-        cursor = self.cursor
-        dispatcher = self.dispatcher
-        pending = self.pending
-        ordered = dispatcher.ordered
-        uses_keys = dispatcher.uses_keys
-        honours_delay = self.sub_type in (SubType.Shared, SubType.Key_Shared)
-        now_ms = self.clock_ms()
-        budget = MAX_ENTRIES_PER_ROUND
-        blocked_keys: set[int] = set()
-
-        if self.delayed:
-            for entry_id in self.delayed.pop_due(now_ms):
-                self.replay.add(entry_id)
-
-        if self.replay:
-            for entry_id in sorted(self.replay):
-                if (
-                    entry_id in pending
-                    or cursor.is_acked(entry_id)
-                    or entry_id < ledger.first_entry_id
-                ):
-                    self.replay.discard(entry_id)
-                    continue
-                info = topic.entry_info(entry_id)
-                if uses_keys and info.key_hash in blocked_keys:
-                    continue
-                consumer = self._pick(info.key_hash, uses_keys)
-                if consumer is None:
-                    if ordered:
-                        return False
-                    if uses_keys:
-                        blocked_keys.add(info.key_hash)
-                        continue
-                    break
-                self.replay.discard(entry_id)
-                self._send(consumer, entry_id, info)
-                budget -= 1
-                if budget <= 0:
-                    return True
-            if self.replay and not uses_keys:
-                # Replays go first; new entries wait until they are out.
-                self._arm_delay_timer()
-                return False
-
-        last = topic.last_visible_entry_id
-        position = max(self.read_position, ledger.first_entry_id)
-        while position <= last:
-            if position in pending or cursor.is_acked(position):
-                position += 1
-                continue
-            info = topic.entry_info(position)
-            if honours_delay and info.deliver_at and info.deliver_at > now_ms:
-                self.delayed.add(position, info.deliver_at)
-                position += 1
-                continue
-            if uses_keys and info.key_hash in blocked_keys:
-                if len(self.replay) >= MAX_KEY_SHARED_LOOKAHEAD:
-                    break
-                self.replay.add(position)
-                position += 1
-                continue
-            consumer = self._pick(info.key_hash, uses_keys)
-            if consumer is None:
-                if (
-                    uses_keys
-                    and dispatcher.consumers
-                    and len(self.replay) < MAX_KEY_SHARED_LOOKAHEAD
-                ):
-                    blocked_keys.add(info.key_hash)
-                    self.replay.add(position)
-                    position += 1
-                    continue
-                break
-            self._send(consumer, position, info)
-            position += 1
-            budget -= 1
-            if budget <= 0:
-                self.read_position = position
-                return True
-        self.read_position = position
-        self._arm_delay_timer()
-        if topic.terminated and position > last and not self.replay:
-            self._announce_end_of_topic()
-        return False
-
-    def _announce_end_of_topic(self) -> None:
-        for consumer in self.consumers:
-            if not consumer.told_end_of_topic:
-                consumer.told_end_of_topic = True
-                if not consumer.cnx.understands_end_of_topic:
-                    continue  # it would drop the connection (see client_quirks)
-                consumer.cnx.write_command(
-                    BaseCommand(
-                        type=BaseCommand.REACHED_END_OF_TOPIC,
-                        reachedEndOfTopic=pb.CommandReachedEndOfTopic(
-                            consumer_id=consumer.consumer_id
-                        ),
-                    )
-                )
-
-    def _pick(self, key_hash: int, uses_keys: bool) -> Consumer | None:
-        consumer = self.dispatcher.pick(key_hash)
-        if uses_keys and consumer is not None:
-            holder = self._hash_holders.get(key_hash)
-            if holder is not None and holder[0] is not consumer:
-                return None  # the key is still draining from another consumer
-        return consumer
-
-    def _send(self, consumer: Consumer, entry_id: int, info: EntryInfo) -> None:
-        topic = self.topic
-        num_messages = info.num_messages
-        self.pending[entry_id] = consumer
-        if self.dispatcher.uses_keys:
-            key_hash = info.key_hash
-            holder = self._hash_holders.get(key_hash)
-            self._hash_holders[key_hash] = (consumer, holder[1] + 1 if holder else 1)
-        consumer.send_entry(
-            entry_id,
-            topic.message_id_bytes(entry_id),
-            topic.ledger.read(entry_id),
-            num_messages,
-            self.redelivery_counts.get(entry_id, 0),
-        )
-        topic.stats.messages_out += num_messages
-
-    def _arm_delay_timer(self) -> None:
+    def arm_delay_timer(self) -> None:
         """Wake the dispatcher when the earliest held entry is due."""
         due = self.delayed.next_due_ms()
         if due is None:
@@ -449,9 +265,7 @@ class Subscription:
         if self._delay_timer is not None:
             self._delay_timer.cancel()
             self._delay_timer = None
-        if self._failover_hold is not None:
-            self._failover_hold.cancel()
-            self._failover_hold = None
+        self.failover.cancel()
 
     def is_single_active(self) -> bool:
         return isinstance(self.dispatcher, SingleActiveDispatcher)

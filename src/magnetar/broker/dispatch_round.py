@@ -1,0 +1,133 @@
+"""One dispatch round of a subscription: which entries go out now, and to whom.
+
+Replays (negative acks, consumers gone, redeliver requests, delayed entries now due)
+go first, in entry order; then new entries from the read position. The
+subscription's dispatcher picks the consumer; the round stops at its budget, at the
+first refusal of an ordered dispatcher, or at the end of the topic.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from magnetar.broker.dispatchers import SubType
+from magnetar.protocol.pb import BaseCommand, pb
+
+if TYPE_CHECKING:
+    from magnetar.broker.consumer import Consumer
+    from magnetar.broker.entry_info import EntryInfo
+    from magnetar.broker.subscription import Subscription
+
+MAX_ENTRIES_PER_ROUND = 2000
+MAX_KEY_SHARED_LOOKAHEAD = 10000
+
+
+def dispatch_round(sub: Subscription) -> bool:
+    """Send what the consumers can take; True if a further round has work."""
+    topic = sub.topic
+    ledger = topic.ledger
+    cursor = sub.cursor
+    dispatcher = sub.dispatcher
+    pending = sub.pending
+    ordered = dispatcher.ordered
+    uses_keys = dispatcher.uses_keys
+    honours_delay = sub.sub_type in (SubType.Shared, SubType.Key_Shared)
+    now_ms = sub.clock_ms()
+    budget = MAX_ENTRIES_PER_ROUND
+    blocked_keys: set[int] = set()
+
+    if sub.delayed:
+        for entry_id in sub.delayed.pop_due(now_ms):
+            sub.replay.add(entry_id)
+
+    if sub.replay:
+        for entry_id in sorted(sub.replay):
+            if entry_id in pending or cursor.is_acked(entry_id) or entry_id < ledger.first_entry_id:
+                sub.replay.discard(entry_id)
+                continue
+            info = topic.entry_info(entry_id)
+            if uses_keys and info.key_hash in blocked_keys:
+                continue
+            consumer = dispatcher.pick(info.key_hash)
+            if consumer is None:
+                if ordered:
+                    return False
+                if uses_keys:
+                    blocked_keys.add(info.key_hash)
+                    continue
+                break
+            sub.replay.discard(entry_id)
+            send(sub, consumer, entry_id, info)
+            budget -= 1
+            if budget <= 0:
+                return True
+        if sub.replay and not uses_keys:
+            # Replays go first; new entries wait until they are out.
+            sub.arm_delay_timer()
+            return False
+
+    last = topic.last_visible_entry_id
+    position = max(sub.read_position, ledger.first_entry_id)
+    while position <= last:
+        if position in pending or cursor.is_acked(position):
+            position += 1
+            continue
+        info = topic.entry_info(position)
+        if honours_delay and info.deliver_at and info.deliver_at > now_ms:
+            sub.delayed.add(position, info.deliver_at)
+            position += 1
+            continue
+        if uses_keys and info.key_hash in blocked_keys:
+            if len(sub.replay) >= MAX_KEY_SHARED_LOOKAHEAD:
+                break
+            sub.replay.add(position)
+            position += 1
+            continue
+        consumer = dispatcher.pick(info.key_hash)
+        if consumer is None:
+            if uses_keys and dispatcher.consumers and len(sub.replay) < MAX_KEY_SHARED_LOOKAHEAD:
+                blocked_keys.add(info.key_hash)
+                sub.replay.add(position)
+                position += 1
+                continue
+            break
+        send(sub, consumer, position, info)
+        position += 1
+        budget -= 1
+        if budget <= 0:
+            sub.read_position = position
+            return True
+    sub.read_position = position
+    sub.arm_delay_timer()
+    if topic.terminated and position > last and not sub.replay:
+        announce_end_of_topic(sub)
+    return False
+
+
+def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) -> None:
+    topic = sub.topic
+    num_messages = info.num_messages
+    sub.pending[entry_id] = consumer
+    sub.dispatcher.hold(info.key_hash, consumer)
+    consumer.send_entry(
+        entry_id,
+        topic.message_id_bytes(entry_id),
+        topic.ledger.read(entry_id),
+        num_messages,
+        sub.redelivery_counts.get(entry_id, 0),
+    )
+    topic.stats.messages_out += num_messages
+
+
+def announce_end_of_topic(sub: Subscription) -> None:
+    for consumer in sub.consumers:
+        if not consumer.told_end_of_topic:
+            consumer.told_end_of_topic = True
+            if not consumer.cnx.understands_end_of_topic:
+                continue  # it would drop the connection (see client_quirks)
+            consumer.cnx.write_command(
+                BaseCommand(
+                    type=BaseCommand.REACHED_END_OF_TOPIC,
+                    reachedEndOfTopic=pb.CommandReachedEndOfTopic(consumer_id=consumer.consumer_id),
+                )
+            )
