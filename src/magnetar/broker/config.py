@@ -47,11 +47,15 @@ class BrokerConfig:
     # open files); a typo like 100000 is refused instead of stalling the broker. 0: no cap.
     max_partitions_per_topic: int = 1000
     keepalive_interval: float = 30.0  # seconds between pings; a peer silent for 2x is dropped
+    # A producer that reconnects under a name still held by another connection: that
+    # connection must answer a ping within this many seconds, or it is dropped.
+    connection_liveness_check_timeout: float = 5.0
     cursor_flush_interval: float = 1.0
     retention_check_interval: float = 10.0
     max_unacked_per_consumer: int = 50000
     rpc_reply_hold_seconds: float = 10.0  # PIP-371 replies wait this long for a requester
     rpc_max_held_replies: int = 10000  # ... and at most this many wait at once
+    rpc_max_held_bytes: int = 32 * 1024 * 1024  # ... holding at most this many body bytes
     log_level: str = "INFO"
     log_format: str = "json"  # "json" or "text"
 

@@ -64,6 +64,8 @@ class ServerCnx(asyncio.Protocol):
         self._last_seen = 0.0
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_outstanding = False
+        self._liveness_waiters: list[Callable[[bool], None]] = []
+        self._liveness_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ transport
 
@@ -84,6 +86,7 @@ class ServerCnx(asyncio.Protocol):
         self.alive = False
         if self._keepalive is not None:
             self._keepalive.cancel()
+        self._liveness_settled(False)
         log.debug("connection %s from %s closed", self.id, self.remote_address)
         self._release_everything()
         self.service.connection_closed(self)
@@ -204,6 +207,14 @@ class ServerCnx(asyncio.Protocol):
             self._flush()
             self.transport.close()
 
+    def abort(self) -> None:
+        """Drop a connection whose peer is gone: what it holds is released at once (a
+        graceful close would wait for a silent peer to read the write buffer)."""
+        self.alive = False
+        self._release_everything()
+        if self.transport is not None:
+            self.transport.abort()
+
     # ------------------------------------------------------------ keepalive
 
     def _arm_keepalive(self) -> None:
@@ -235,6 +246,40 @@ class ServerCnx(asyncio.Protocol):
 
     def handle_pong(self, command: BaseCommand, frame: Frame) -> None:
         self._ping_outstanding = False
+        self._liveness_settled(True)
+
+    def check_liveness(self, then: Callable[[bool], None]) -> None:
+        """Ping the peer; ``then(True)`` on its PONG, ``then(False)`` if it stays silent
+        for ``connection_liveness_check_timeout`` (the connection is then dropped), as
+        Pulsar probes an old connection before refusing a producer's reconnect."""
+        if not self.alive:
+            then(False)
+            return
+        self._liveness_waiters.append(then)
+        if self._liveness_timer is None:
+            self.write_command(BaseCommand(type=T.PING, ping=pb.CommandPing()))
+            self._liveness_timer = self.loop.call_later(
+                self.service.config.connection_liveness_check_timeout, self._liveness_expired
+            )
+
+    def _liveness_expired(self) -> None:
+        self._liveness_timer = None
+        if self._liveness_waiters:
+            log.warning(
+                "closing connection %s from %s: no answer to a liveness ping",
+                self.id,
+                self.remote_address,
+            )
+            self.abort()
+            self._liveness_settled(False)
+
+    def _liveness_settled(self, alive: bool) -> None:
+        if self._liveness_timer is not None:
+            self._liveness_timer.cancel()
+            self._liveness_timer = None
+        waiters, self._liveness_waiters = self._liveness_waiters, []
+        for then in waiters:
+            then(alive)
 
     # ------------------------------------------------------------ handshake
 

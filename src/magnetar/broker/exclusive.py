@@ -64,12 +64,13 @@ class ProducerAccess:
                 pb.ProducerFenced,
                 f"producer '{producer.name}' was fenced by '{self.holder.name}' on {topic.name}",
             )
+        # Codes and words as Apache Pulsar's AbstractTopic answers them, so code that
+        # catches ProducerFenced / ProducerBusy by type behaves the same here.
+        exclusive_name = self._exclusive_name()
         if mode == SHARED:
-            if self.holder is not None:
+            if exclusive_name is not None:
                 raise ProducerRefused(
-                    pb.ProducerBusy,
-                    f"topic {topic.name} has an exclusive producer '{self.holder.name}' "
-                    f"({self.holder.access_mode_name})",
+                    pb.ProducerBusy, f"Topic has an existing exclusive producer: {exclusive_name}"
                 )
             topic.producers[producer.name] = producer
             return True
@@ -77,18 +78,20 @@ class ProducerAccess:
             self._fence_everyone(producer)
             self._take(producer, requested_epoch)
             return True
-        if self.holder is None and not topic.producers:
+        if mode == EXCLUSIVE:
+            if exclusive_name is not None:
+                raise ProducerRefused(
+                    pb.ProducerFenced,
+                    f"Topic has an existing exclusive producer: {exclusive_name}",
+                )
+            if topic.producers:
+                raise ProducerRefused(pb.ProducerFenced, "Topic has existing shared producers")
             self._take(producer, requested_epoch)
             return True
-        if mode == EXCLUSIVE:
-            if self.holder is not None:
-                reason = f"an exclusive producer '{self.holder.name}'"
-            else:
-                reason = f"{len(topic.producers)} shared producer(s)"
-            raise ProducerRefused(
-                pb.ProducerBusy, f"topic {topic.name} already has {reason} connected"
-            )
         if mode == WAIT_FOR_EXCLUSIVE:
+            if self.holder is None and not topic.producers and not self.waiters:
+                self._take(producer, requested_epoch)
+                return True
             producer.ready = False
             self.waiters.append(producer)
             log.info(
@@ -99,6 +102,15 @@ class ProducerAccess:
             )
             return False
         raise ProducerRefused(pb.NotAllowedError, f"unknown producer access mode {mode}")
+
+    def _exclusive_name(self) -> str | None:
+        """The exclusive producer that holds the topic, or the first one waiting for it."""
+        if self.holder is not None:
+            return self.holder.name
+        for waiter in self.waiters:
+            if not waiter.fenced and waiter.cnx.alive:
+                return waiter.name
+        return None
 
     def _take(self, producer: Producer, requested_epoch: int | None) -> None:
         metadata = self.topic.metadata
@@ -134,16 +146,18 @@ class ProducerAccess:
         producer.cnx.producer_fenced(producer)
 
     def release(self, producer: Producer) -> None:
-        """``producer`` is gone (closed, disconnected or fenced); promote the next waiter."""
+        """``producer`` is gone (closed, disconnected or fenced); promote the next waiter
+        once the topic has no producer left: the exclusive holder or the last shared one."""
         if producer in self.waiters:
             self.waiters.remove(producer)
             return
         if self.topic.producers.get(producer.name) is producer:
             del self.topic.producers[producer.name]
-        if self.holder is not producer:
+        if self.holder is producer:
+            self.holder = None
+            self.fenced_names.clear()
+        if self.holder is not None or self.topic.producers:
             return
-        self.holder = None
-        self.fenced_names.clear()
         while self.waiters:
             nxt = self.waiters.popleft()
             if nxt.fenced or not nxt.cnx.alive:
@@ -151,6 +165,12 @@ class ProducerAccess:
             self._take(nxt, None)
             nxt.cnx.producer_promoted(nxt)
             break
+
+    def producer_named(self, name: str) -> Producer | None:
+        found = self.topic.producers.get(name)
+        if found is None:
+            found = next((w for w in self.waiters if w.name == name), None)
+        return found
 
     def name_in_use(self, name: str) -> bool:
         return name in self.topic.producers or any(w.name == name for w in self.waiters)

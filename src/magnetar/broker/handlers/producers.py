@@ -25,7 +25,9 @@ log = logging.getLogger("magnetar.broker.connection")
 T = BaseCommand.Type
 
 
-def handle_producer(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_producer(
+    cnx: ServerCnx, command: BaseCommand, frame: Frame, probed: bool = False
+) -> None:
     request = command.producer
     producer_id = request.producer_id
     existing = cnx.producers.get(producer_id)
@@ -47,6 +49,14 @@ def handle_producer(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     if request.HasField("producer_name") and request.producer_name:
         producer_name = request.producer_name
         if topic.access.name_in_use(producer_name):
+            other = topic.access.producer_named(producer_name)
+            if not probed and other is not None and other.cnx is not cnx:
+                # Its connection may be half-open (the peer vanished without a FIN):
+                # ask it, and let this producer take over if it does not answer.
+                other.cnx.check_liveness(
+                    lambda alive: _after_probe(cnx, command, frame, alive, producer_name)
+                )
+                return
             raise CommandError(
                 pb.ProducerBusy,
                 f"producer with name '{producer_name}' is already connected to topic {topic.name}",
@@ -90,6 +100,23 @@ def handle_producer(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     write_producer_success(cnx, producer, request.request_id)
     if ready:
         cnx.service.replies.producer_attached(topic, producer)
+
+
+def _after_probe(
+    cnx: ServerCnx, command: BaseCommand, frame: Frame, other_alive: bool, name: str
+) -> None:
+    if not cnx.alive:
+        return
+    try:
+        if other_alive:
+            raise CommandError(
+                pb.ProducerBusy,
+                f"producer with name '{name}' is already connected to topic "
+                f"{command.producer.topic}",
+            )
+        handle_producer(cnx, command, frame, probed=True)
+    except CommandError as exc:
+        cnx.write_error(command.producer.request_id, exc.error, str(exc))
 
 
 def write_producer_success(cnx: ServerCnx, producer: Producer, request_id: int) -> None:
