@@ -336,11 +336,9 @@ async def test_reply_ack_wire_format() -> None:
         server.close()
 
 
-async def test_a_resent_request_takes_the_reply_to_its_first_copy() -> None:
-    from magnetar.client.request_reply import PendingRequests
-    from magnetar.protocol.message_id import MessageId
-    from magnetar.protocol.pb import pb
-
+async def test_a_lone_resent_request_takes_the_reply_to_its_first_copy() -> None:
+    """Without request_sequence_id: the one request of a resend may take a reply to
+    an id stored after the last receipt; a request sent once never does."""
     requests = PendingRequests("t")
     request = requests.new(5.0)
     first_copy = pb.CommandRequestReceipt(
@@ -348,7 +346,7 @@ async def test_a_resent_request_takes_the_reply_to_its_first_copy() -> None:
     )
     requests.on_receipt(first_copy, b"answer")  # before any send receipt: kept aside
     assert not request.future.done()
-    requests.sent(request, MessageId(7, 4), resent=True)  # the second copy got entry 4
+    requests.sent(request, MessageId(7, 4), first_copy_after=(7, 2))  # the second copy: 4
     result = await request.future
     assert result.value == b"answer" and result.request_message_id.entry_id == 3
 
@@ -361,6 +359,50 @@ async def test_a_resent_request_takes_the_reply_to_its_first_copy() -> None:
     )
     requests.sent(other, MessageId(7, 6))  # sent once: a reply to another id is not its own
     assert not other.future.done()
+
+    older = requests.new(5.0)
+    requests.on_receipt(
+        pb.CommandRequestReceipt(
+            reply_to_producer_id=1, request_message_id=pb.MessageIdData(ledgerId=7, entryId=8)
+        ),
+        b"before the last receipt",
+    )
+    requests.sent(older, MessageId(7, 9), first_copy_after=(7, 8))  # 7:8 is not a first copy
+    assert not older.future.done()
     requests.fail_all(RuntimeError("done"))
-    with pytest.raises(RuntimeError):
-        await other.future
+    for pending in (other, older):
+        with pytest.raises(RuntimeError):
+            await pending.future
+
+
+def _numbered(sequence_id: int, entry: int, is_error: bool = False) -> pb.CommandRequestReceipt:
+    return pb.CommandRequestReceipt(
+        reply_to_producer_id=1, request_message_id=pb.MessageIdData(ledgerId=7, entryId=entry),
+        request_sequence_id=sequence_id, is_error=is_error,
+    )
+
+
+async def test_receipts_with_request_sequence_id_match_by_it() -> None:
+    requests = PendingRequests("t", partition=2)
+    first, second, third = requests.new(5.0), requests.new(5.0), requests.new(0.01)
+    for sequence_id, request in enumerate((first, second, third)):
+        requests.numbered(request, sequence_id)
+    # Replies to the first copies of resent requests, in swapped order, before any
+    # send receipt: the sequence id says whose each one is.
+    requests.on_receipt(_numbered(1, 4), b"two")
+    requests.on_receipt(_numbered(0, 3, True), b"one")
+    assert first.future.result() == ReplyResult(MessageId(7, 3, -1, 2), b"one", True)
+    assert second.future.result() == ReplyResult(MessageId(7, 4, -1, 2), b"two", False)
+    assert requests.matched_by_sequence_id == 2
+    # Their send receipts (the second copies) come later and change nothing.
+    requests.sent(first, MessageId(7, 5))
+    requests.sent(second, MessageId(7, 6))
+    requests.on_receipt(_numbered(0, 5), b"second reply to the first")  # a duplicate
+    assert requests.late_replies == 1
+    with pytest.raises(RequestTimeout):
+        await third.future
+    requests.on_receipt(_numbered(2, 7), b"too late")
+    requests.on_receipt(_numbered(99, 8), b"nobody's")
+    assert requests.late_replies == 3
+    requests.sent(third, MessageId(7, 7))
+    assert len(requests) == 0

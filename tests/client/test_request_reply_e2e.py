@@ -459,6 +459,56 @@ async def test_batched_requests(mclient: Client) -> None:
     await _nothing_left(mclient, topic, "calc")
 
 
+@pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
+async def test_replies_in_reverse_order_reach_their_own_requests(
+    mclient: Client, batching: bool
+) -> None:
+    topic = _topic("rr-reverse")
+    n = 20
+    consumer = await mclient.subscribe(topic, "calc", subscription_type="shared")
+    producer = await mclient.create_producer(topic, batching=batching, batching_max_delay=0.01)
+    futures = [producer.request_async(f"{i} + 100", timeout=WAIT) for i in range(n)]
+    msgs = [await consumer.receive(WAIT) for _ in range(n)]
+    for msg in reversed(msgs):  # the last request is answered first
+        body, _ = _calc(msg.value)
+        await consumer.acknowledge(msg, reply=body)
+    results = await asyncio.wait_for(asyncio.gather(*futures), WAIT)
+    assert [r.value for r in results] == [str(i + 100).encode() for i in range(n)]
+    def position(mid: MessageId) -> tuple[int, int, int]:
+        return mid.ledger_id, mid.entry_id, mid.batch_index
+
+    assert [position(r.request_message_id) for r in results] == [
+        position(m.message_id) for m in msgs]
+    assert _pending(producer).late_replies == 0
+    await _nothing_left(mclient, topic, "calc")
+
+
+# Remove this mark once the broker fills CommandRequestReceipt.request_sequence_id
+# (strict: the test then passes and the mark fails the run, as a reminder).
+BROKER_PENDING_REQUEST_SEQUENCE_ID = pytest.mark.xfail(
+    strict=True,
+    reason="BROKER-PENDING: the broker does not fill CommandRequestReceipt.request_sequence_id "
+    "(field 4, the request's sequence id) yet",
+)
+
+
+@BROKER_PENDING_REQUEST_SEQUENCE_ID
+async def test_the_broker_names_each_reply_by_its_request_sequence_id(mclient: Client) -> None:
+    topic = _topic("rr-seq")
+    consumer = await mclient.subscribe(topic, "calc", subscription_type="shared")
+    single = await mclient.create_producer(topic)
+    batched = await mclient.create_producer(topic, batching=True, batching_max_delay=0.01)
+    async with serving(consumer):
+        assert (await single.request(b"1 + 1", timeout=WAIT)).value == b"2"
+        results = await asyncio.wait_for(
+            asyncio.gather(*(batched.request_async(f"{i} * 2", timeout=WAIT) for i in range(5))),
+            WAIT,
+        )
+    assert [r.value for r in results] == [str(i * 2).encode() for i in range(5)]
+    assert _pending(single).matched_by_sequence_id == 1
+    assert _pending(batched).matched_by_sequence_id == 5
+
+
 # ---------------------------------------------------------------- reconnects
 
 

@@ -98,8 +98,8 @@ class OutgoingMessage:
 class _Op:
     """One SEND frame waiting for its receipt: a single message or a batch."""
 
-    __slots__ = ("batched", "deadline", "frame", "futures", "highest_sequence_id",
-                 "num_messages", "requests", "resent", "sequence_id")
+    __slots__ = ("batched", "deadline", "first_copy_after", "frame", "futures",
+                 "highest_sequence_id", "num_messages", "requests", "sequence_id")
 
     def __init__(
         self,
@@ -119,7 +119,10 @@ class _Op:
         self.futures = futures
         self.deadline = deadline
         self.requests = requests  # PIP-371: per message, its pending request or None
-        self.resent = False  # sent again after a reconnect: the broker may hold it twice
+        # PIP-371, for brokers that do not name a reply's request_sequence_id: set
+        # when the op went out again after a reconnect as the only one with a
+        # request (the broker may hold it twice): the newest receipted position then.
+        self.first_copy_after: tuple[int, int] | None = None
 
 
 class PartitionProducer(ConnectionHandler):
@@ -212,8 +215,16 @@ class PartitionProducer(ConnectionHandler):
         if self._pending:
             # Resend everything unacknowledged, unchanged, in order, in one write.
             conn.write(b"".join(op.frame for op in self._pending))
-            for op in self._pending:
-                op.resent = True
+            with_requests = [op for op in self._pending if op.requests is not None]
+            sole = (
+                with_requests[0]
+                if len(with_requests) == 1
+                and sum(r is not None for r in with_requests[0].requests or ()) == 1
+                else None
+            )
+            floor = self._last_receipt or (-1, -1)
+            for op in with_requests:
+                op.first_copy_after = floor if op is sole else None
         log.debug("producer %s attached to %s on %r", self.producer_name, self.topic, conn)
 
     def _on_waiting(self, cmd: BaseCommand) -> None:
@@ -278,6 +289,8 @@ class PartitionProducer(ConnectionHandler):
             sequence_id = self._next_sequence_id
             self._next_sequence_id += 1
         request = msg.request
+        if request is not None and self._requests is not None:
+            self._requests.numbered(request, sequence_id)
         self._pending_messages += 1
         batch = self._batch
         if batch is not None and msg.deliver_at is None:
@@ -494,7 +507,7 @@ class PartitionProducer(ConnectionHandler):
                 )
                 if op.requests is not None and op.requests[index] is not None:
                     assert self._requests is not None
-                    self._requests.sent(op.requests[index], message_id, resent=op.resent)
+                    self._requests.sent(op.requests[index], message_id, op.first_copy_after)
                 if not future.done():
                     future.set_result(message_id)
         self._release(n)
@@ -522,6 +535,9 @@ class PartitionProducer(ConnectionHandler):
     def _on_request_receipt(self, receipt: pb.CommandRequestReceipt, body: bytes) -> None:
         requests = self._requests
         if requests is None:
+            return
+        if receipt.HasField("request_sequence_id"):
+            requests.on_receipt(receipt, body)  # matched by the request's sequence id
             return
         request = self._sole_unreceipted_request(receipt.request_message_id)
         if request is not None:
@@ -551,7 +567,7 @@ class PartitionProducer(ConnectionHandler):
     def request_async(self, msg: OutgoingMessage, timeout: float) -> asyncio.Future[ReplyResult]:
         """PIP-371: send ``msg`` as a request; the future gets the reply."""
         if self._requests is None:
-            self._requests = PendingRequests(self.topic)
+            self._requests = PendingRequests(self.topic, self.partition)
         requests = self._requests
         request = requests.new(timeout)
         msg.request = request

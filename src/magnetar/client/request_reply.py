@@ -5,12 +5,18 @@ A request is an ordinary message that carries its timeout in the property
 a reply (``consumer.acknowledge(msg, reply=b"...")``): the ACK frame names the
 requester (``reply_to_client`` = the message's producer name) and carries the
 reply bytes after the command.  The broker forwards the reply to the requesting
-producer as REQUEST_RECEIPT; :class:`PendingRequests` matches it to the request
-by message id (with the batch index when the request was batched).
+producer as REQUEST_RECEIPT; :class:`PendingRequests` matches it to the request.
 
-A REQUEST_RECEIPT can overtake the SEND_RECEIPT of its own request (the reply
-travels on another path), so receipts for ids the producer does not know yet are
-kept until the send receipts catch up.
+A receipt that carries ``request_sequence_id`` is matched by it: a request keeps
+its producer sequence id when it is sent again after a reconnect, while its
+message id changes (the broker may hold both copies, and a consumer may answer
+either), so only the sequence id tells two resent requests apart.  A broker that
+does not fill that field in gets the older matching by message id (with the
+batch index when the request was batched).  There a REQUEST_RECEIPT can overtake
+the SEND_RECEIPT of its own request (the reply travels on another path), so
+receipts for ids the producer does not know yet are kept until the send receipts
+catch up; a reply to the first copy of a resent request is taken only when it
+cannot be for any other request, never guessed.
 """
 
 from __future__ import annotations
@@ -54,29 +60,34 @@ def _key(message_id: MessageId) -> RequestKey:
 
 
 class PendingRequest:
-    """One request in flight: its future, its timer and (once sent) its id."""
+    """One request in flight: its future, its timer, its sequence id and (once
+    receipted) its message id."""
 
-    __slots__ = ("done", "future", "key", "timeout", "timer")
+    __slots__ = ("done", "future", "key", "sequence_id", "timeout", "timer")
 
     def __init__(self, future: asyncio.Future[ReplyResult], timeout: float) -> None:
         self.future = future
         self.timeout = timeout
         self.timer: asyncio.TimerHandle | None = None
         self.key: RequestKey | None = None
+        self.sequence_id: int | None = None
         self.done = False
 
 
 class PendingRequests:
     """The requests of one partition producer, waiting for their replies."""
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, partition: int = -1) -> None:
         self._loop = asyncio.get_running_loop()
         self.topic = topic
+        self.partition = partition
+        self._by_seq: dict[int, PendingRequest] = {}
         self._by_key: dict[RequestKey, PendingRequest] = {}
         self._unsent: set[PendingRequest] = set()  # no send receipt yet
         self._early: OrderedDict[RequestKey, tuple[MessageId, bytes, bool]] = OrderedDict()
         self._expired: OrderedDict[RequestKey, None] = OrderedDict()
         self.late_replies = 0  # replies dropped because their request was over
+        self.matched_by_sequence_id = 0  # replies the broker named by request_sequence_id
 
     def __len__(self) -> int:
         return len(self._by_key) + len(self._unsent)
@@ -88,20 +99,35 @@ class PendingRequests:
         self._unsent.add(request)
         return request
 
-    def sent(self, request: PendingRequest, message_id: MessageId, resent: bool = False) -> None:
+    def numbered(self, request: PendingRequest, sequence_id: int) -> None:
+        """The producer gave the request its sequence id (kept across resends)."""
+        if request.done:
+            return
+        request.sequence_id = sequence_id
+        self._by_seq[sequence_id] = request
+
+    def sent(
+        self,
+        request: PendingRequest,
+        message_id: MessageId,
+        first_copy_after: tuple[int, int] | None = None,
+    ) -> None:
         """The request's send receipt arrived: from now on it is known by its id.
 
-        ``resent``: the request went out again after a reconnect, so its first copy
-        may be stored too and may be what a consumer answered; the newest unclaimed
-        reply to an earlier id is then taken as its answer.
+        ``first_copy_after`` (a ``(ledger, entry)``; ``(-1, -1)`` for none): the
+        request went out again after a reconnect, as the only request of that
+        resend, and every earlier message of the producer had its receipt up to
+        that position.  Its first copy may be stored too, after that position and
+        before ``message_id``, and may be what a consumer answered: an unclaimed
+        reply in that range is its answer when exactly one is there.
         """
         self._unsent.discard(request)
         key = _key(message_id)
         early = self._early.pop(key, None)
-        if early is None and resent and self._early and not request.done:
-            earlier = [k for k in self._early if k < key]
-            if earlier:
-                early = self._early.pop(max(earlier))
+        if early is None and first_copy_after is not None and self._early and not request.done:
+            candidates = [k for k in self._early if first_copy_after < k[:2] and k < key]
+            if len(candidates) == 1:
+                early = self._early.pop(candidates[0])
         if request.done:
             self._remember_expired(key)
             if early is not None:
@@ -116,7 +142,10 @@ class PendingRequests:
             self._early_cleanup()
 
     def on_receipt(self, receipt: pb.CommandRequestReceipt, body: bytes) -> None:
-        message_id = MessageId.from_pb(receipt.request_message_id)
+        if receipt.HasField("request_sequence_id"):
+            self._on_numbered_receipt(receipt, body)
+            return
+        message_id = self._message_id(receipt)
         key = _key(message_id)
         request = self._by_key.pop(key, None)
         if request is not None:
@@ -130,16 +159,34 @@ class PendingRequests:
         while len(self._early) > _MAX_EARLY:
             self._early.popitem(last=False)
 
+    def _on_numbered_receipt(self, receipt: pb.CommandRequestReceipt, body: bytes) -> None:
+        request = self._by_seq.get(receipt.request_sequence_id)
+        if request is None or request.done:
+            self.late_replies += 1  # timed out, already answered, or not ours
+            return
+        self.matched_by_sequence_id += 1
+        if receipt.HasField("request_message_id"):
+            message_id = self._message_id(receipt)
+        elif request.key is not None:
+            message_id = MessageId(request.key[0], request.key[1], request.key[2],
+                                   self.partition)
+        else:
+            message_id = MessageId(-1, -1, -1, self.partition)
+        self._complete(request, ReplyResult(message_id, body, receipt.is_error))
+
+    def _message_id(self, receipt: pb.CommandRequestReceipt) -> MessageId:
+        mid = receipt.request_message_id
+        return MessageId.from_pb(mid, None if mid.HasField("partition") else self.partition)
+
     def fail(self, request: PendingRequest, exc: BaseException) -> None:
+        """The request failed before its reply (it will have no send receipt either)."""
         self._unsent.discard(request)
-        if request.key is not None:
-            self._by_key.pop(request.key, None)
         self._finish(request)
         if not request.future.done():
             request.future.set_exception(exc)
 
     def fail_all(self, exc: BaseException) -> None:
-        for request in [*self._unsent, *self._by_key.values()]:
+        for request in [*self._unsent, *self._by_key.values(), *self._by_seq.values()]:
             self.fail(request, exc)
         self._early.clear()
 
@@ -151,21 +198,24 @@ class PendingRequests:
             request.future.set_result(result)
 
     def _finish(self, request: PendingRequest) -> None:
+        """The request is over: it leaves every index but ``_unsent``, where a request
+        without its send receipt stays until that receipt (or its failure) tells
+        its id, so that a late reply to it is recognized."""
         request.done = True
         if request.timer is not None:
             request.timer.cancel()
             request.timer = None
+        if request.key is not None and self._by_key.get(request.key) is request:
+            del self._by_key[request.key]
+            self._remember_expired(request.key)
+        if request.sequence_id is not None and self._by_seq.get(request.sequence_id) is request:
+            del self._by_seq[request.sequence_id]
 
     def _timed_out(self, request: PendingRequest) -> None:
         request.timer = None
         if request.done:
             return
-        if request.key is not None:
-            self._by_key.pop(request.key, None)
-            self._remember_expired(request.key)
-        # An unsent request stays in _unsent until its send receipt (or failure)
-        # tells us its id, so that a late reply to it is recognized.
-        request.done = True
+        self._finish(request)
         if not request.future.done():
             request.future.set_exception(RequestTimeout(
                 f"no reply within {request.timeout}s to a request on {self.topic}"
