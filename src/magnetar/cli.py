@@ -10,11 +10,30 @@ import sys
 from pathlib import Path
 
 from magnetar import __version__
-from magnetar.broker.config import BrokerConfig, load_config
+from magnetar.broker.config import (
+    BrokerConfig,
+    ConfigError,
+    config_fields,
+    default_of,
+    load_config,
+)
 from magnetar.broker.service import BrokerService
 from magnetar.logs import configure_logging
+from magnetar.storage.dir_lock import DataDirInUse
 
 log = logging.getLogger("magnetar")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,57 +49,36 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Run a broker. Settings come from (lowest first) defaults, --config FILE "
             "(TOML, keys as below with underscores, optionally under [broker]), "
-            "MAGNETAR_<SETTING> environment variables, then these flags."
+            "MAGNETAR_<SETTING> environment variables, then these flags. Booleans take "
+            "true/false, yes/no, on/off or 1/0. A setting the broker cannot use, or a "
+            "data directory another broker holds, ends it with one line on stderr and "
+            "exit code 2."
         ),
     )
     serve.add_argument("--config", type=Path, help="TOML configuration file")
-    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="Pulsar protocol port (default 6650)")
-    serve.add_argument("--advertised-address", help="host[:port] given to clients in lookups")
-    serve.add_argument("--admin-port", help="admin HTTP port (default 8080; 'off' disables)")
-    serve.add_argument("--data-dir", type=Path, help="where topics are stored (default ./data)")
-    serve.add_argument(
-        "--sync-policy",
-        choices=["always", "interval"],
-        help="'always': fsync before each send receipt, with group commit (default); "
-        "'interval': fsync every --sync-interval seconds",
-    )
-    serve.add_argument("--sync-interval", type=float, help="seconds between fsyncs (interval)")
-    serve.add_argument("--max-message-size", type=int, help="bytes (default 5 MiB)")
-    serve.add_argument(
-        "--idle-poll-us",
-        type=int,
-        help="microseconds to keep polling after input before sleeping: lower latency "
-        "for some CPU while traffic trickles (default 200; 0 disables)",
-    )
-    serve.add_argument(
-        "--default-partitions", type=int, help="partitions of auto-created topics (default 0)"
-    )
-    serve.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
-    serve.add_argument("--log-format", choices=["json", "text"], help="log line format")
+    # One flag per BrokerConfig field, parsed (as text) by load_config like env values.
+    for f in config_fields():
+        text = f.metadata.get("help", "")
+        serve.add_argument(
+            _flag(f.name),
+            dest=f.name,
+            metavar=f.name.upper(),
+            help=f"{text} (default: {_shown(default_of(f))})".replace("%", "%%"),
+        )
     return parser
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
-    keys = [
-        "host",
-        "port",
-        "advertised_address",
-        "admin_port",
-        "data_dir",
-        "sync_policy",
-        "sync_interval",
-        "max_message_size",
-        "idle_poll_us",
-        "default_partitions",
-        "log_level",
-        "log_format",
-    ]
-    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    names = [f.name for f in config_fields()]
+    return {k: getattr(args, k) for k in names if getattr(args, k) is not None}
 
 
 async def serve(config: BrokerConfig) -> None:
-    service = BrokerService(config)
+    try:
+        service = BrokerService(config)
+    except OSError as exc:  # it creates the data directory
+        reason = f"cannot create it: {exc.strerror or exc}"
+        raise ConfigError("data_dir", config.data_dir, reason) from None
     await service.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -106,11 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         try:
             config = load_config(args.config, overrides=_overrides(args))
-        except (ValueError, OSError) as exc:
+        except ConfigError as exc:
             print(f"magnetar: bad configuration: {exc}", file=sys.stderr)
             return 2
         configure_logging(config.log_level, config.log_format)
-        _run(serve(config))
+        try:
+            _run(serve(config))
+        except (ConfigError, DataDirInUse) as exc:
+            print(f"magnetar: cannot start: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import re
 import signal
+import socket
 import subprocess
 import sys
+import uuid
+from dataclasses import MISSING, fields
 from pathlib import Path
 
+import pulsar
 import pytest
 
-from magnetar.broker.config import load_config
+from magnetar.broker.config import BrokerConfig, ConfigError, load_config
+from magnetar.broker.service import BrokerService
+from magnetar.storage.dir_lock import DataDirLock
 from magnetar.testing.embedded import free_port, wait_until_listening
 
 
@@ -37,10 +45,29 @@ def test_bad_settings_are_named(tmp_path: Path) -> None:
         load_config(None, env={"MAGNETAR_SYNC_POLICY": "sometimes"})
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "magnetar", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "magnetar", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
     )
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """Exit code 2 and one line on stderr holding ``words``; returns the line."""
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    for word in words:
+        assert word in lines[0]
+    return lines[0]
 
 
 def test_latency_settings_come_from_env_and_flags() -> None:
@@ -75,6 +102,187 @@ def test_help_everywhere() -> None:
     flags = ("--port", "--data-dir", "--sync-policy", "--config", "--admin-port", "--idle-poll-us")
     for flag in flags:
         assert flag in serve.stdout
+
+
+def test_serve_help_lists_every_setting_with_its_default() -> None:
+    text = run_cli("serve", "--help").stdout
+    entries = re.split(r"\n  (?=-)", text)[1:]  # each option's entry, wrapped lines included
+    by_flag = {entry.split()[0].rstrip(","): " ".join(entry.split()) for entry in entries}
+    for f in fields(BrokerConfig):
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in by_flag, f"{flag} is missing from serve --help"
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        if default is None:
+            shown = "none"
+        elif isinstance(default, bool):
+            shown = str(default).lower()
+        else:
+            shown = str(default)
+        assert f"(default: {shown})" in by_flag[flag], by_flag[flag]
+    # and every flag is taken, by its setting
+    config = load_config(
+        None,
+        env={},
+        overrides={"rpc_max_held_replies": "7", "allow_auto_topic_creation": "off"},
+    )
+    assert config.rpc_max_held_replies == 7 and config.allow_auto_topic_creation is False
+
+
+def test_booleans_take_the_usual_words_and_nothing_else(tmp_path: Path) -> None:
+    key = "MAGNETAR_DISPATCH_BEFORE_SYNC"
+    for word in ("true", "True", "1", "yes", "YES", "on", " On "):
+        assert load_config(None, env={key: word}).dispatch_before_sync is True
+    for word in ("false", "FALSE", "0", "no", "No", "off"):
+        assert load_config(None, env={key: word}).dispatch_before_sync is False
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, env={key: "flase"})
+    assert refused.value.setting == "dispatch_before_sync"
+    assert refused.value.value == "flase"
+    assert key in str(refused.value)
+    config_file = tmp_path / "magnetar.toml"
+    config_file.write_text("allow_auto_topic_creation = false\n")
+    assert load_config(config_file, env={}).allow_auto_topic_creation is False
+    config_file.write_text('allow_auto_topic_creation = "flase"\n')
+    with pytest.raises(ConfigError, match="allow_auto_topic_creation = 'flase'"):
+        load_config(config_file, env={})
+
+
+def test_port_zero_means_any_free_port_from_python_only() -> None:
+    BrokerConfig(port=0, admin_port=0).validate()  # EmbeddedBroker and tests may use it
+    with pytest.raises(ConfigError, match="port = 0"):
+        load_config(None, env={"MAGNETAR_PORT": "0"})
+    with pytest.raises(ConfigError, match="admin_port = 0"):
+        load_config(None, env={"MAGNETAR_ADMIN_PORT": "0"})
+    with pytest.raises(ConfigError, match="port = 65536"):
+        BrokerConfig(port=65536).validate()
+
+
+BAD_SETTINGS = [
+    # (flags, environment, TOML file, what the one line must name)
+    (["--port", "99999"], {}, None, "port = 99999"),
+    (["--port", "0"], {}, None, "port = 0"),
+    (["--port", "six"], {}, None, "port = 'six'"),
+    (["--admin-port", "http"], {}, None, "admin_port = 'http'"),
+    (["--admin-port", "70000"], {}, None, "admin_port = 70000"),
+    ([], {"MAGNETAR_ADMIN_PORT": "eighty"}, None, "admin_port = 'eighty'"),
+    (["--log-level", "LOUD"], {}, None, "log_level = 'LOUD'"),
+    ([], {"MAGNETAR_DISPATCH_BEFORE_SYNC": "flase"}, None, "dispatch_before_sync = 'flase'"),
+    ([], {}, 'dispatch_before_sync = "flase"', "dispatch_before_sync = 'flase'"),
+    (["--allow-auto-topic-creation", "maybe"], {}, None, "allow_auto_topic_creation = 'maybe'"),
+    (["--sync-policy", "sometimes"], {}, None, "sync_policy = 'sometimes'"),
+]
+
+
+@pytest.mark.parametrize(("flags", "env", "toml", "named"), BAD_SETTINGS)
+def test_serve_refuses_a_bad_setting_in_one_line(
+    tmp_path: Path, flags: list[str], env: dict[str, str], toml: str | None, named: str
+) -> None:
+    args = ["serve", *flags]
+    if toml is not None:
+        (tmp_path / "magnetar.toml").write_text(toml + "\n")
+        args += ["--config", str(tmp_path / "magnetar.toml")]
+    result = run_cli(*args, env=env, cwd=tmp_path)  # a default ./data would go in tmp_path
+    assert_refused(result, "magnetar: bad configuration: ", named)
+
+
+def test_serve_refuses_a_data_dir_that_is_a_file_or_cannot_be_made(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    cases = [
+        (a_file, "is a file"),
+        (a_file / "data", f"{a_file} is a file"),
+        # Not even root may create a directory here (a test can make no place that
+        # root cannot write to otherwise).
+        (Path("/proc/magnetar-test-data"), ""),
+    ]
+    for data_dir, reason in cases:
+        result = run_cli("serve", "--admin-port", "off", "--port", str(free_port()),
+                         "--data-dir", str(data_dir))
+        assert_refused(result, f"data_dir = {data_dir}", reason)
+
+
+@pytest.mark.parametrize("setting", ["port", "admin_port"])
+def test_serve_refuses_a_port_in_use(tmp_path: Path, setting: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        ports = {"port": str(free_port()), "admin_port": str(free_port()), setting: str(taken)}
+        result = run_cli("serve", "--port", ports["port"], "--admin-port", ports["admin_port"],
+                         "--data-dir", str(tmp_path))
+    line = assert_refused(result, f"{setting} = {taken}", f"127.0.0.1:{taken}")
+    assert line.startswith(f"magnetar: cannot start: {setting} = ")
+
+
+async def test_a_failed_start_leaves_the_data_dir_unlocked(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        service = BrokerService(BrokerConfig(
+            port=busy.getsockname()[1], admin_port=None, data_dir=tmp_path, idle_poll_us=0))
+        with pytest.raises(ConfigError, match="port"):
+            await service.start()
+    lock = DataDirLock(tmp_path)
+    lock.acquire()  # nothing left it held
+    lock.release()
+
+
+def serve_process(port: int, data_dir: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "magnetar", "serve", "--port", str(port), "--admin-port", "off",
+         "--data-dir", str(data_dir), "--log-format", "text"],
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def stop_process(process: subprocess.Popen[str]) -> str:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+    return stderr
+
+
+def test_a_second_broker_on_a_data_dir_in_use_is_refused_and_the_first_serves_on(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    port = free_port()
+    first = serve_process(port, data_dir)
+    try:
+        wait_until_listening(port, first, 30)
+        second = run_cli("serve", "--port", str(free_port()), "--admin-port", "off",
+                         "--data-dir", str(data_dir))
+        assert_refused(
+            second,
+            f"data directory {data_dir} is in use by another broker (pid {first.pid})",
+        )
+        topic = f"persistent://public/default/lock-{uuid.uuid4().hex[:8]}"
+        client = pulsar.Client(
+            f"pulsar://127.0.0.1:{port}", logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        )
+        try:
+            consumer = client.subscribe(topic, "s")
+            client.create_producer(topic).send(b"still serving")
+            assert consumer.receive(10000).data() == b"still serving"
+        finally:
+            client.close()
+        stop_process(first)
+        assert first.returncode == 0
+        # The lock goes with the broker that held it.
+        third = serve_process(port, data_dir)
+        try:
+            wait_until_listening(port, third, 30)
+        finally:
+            stop_process(third)
+        assert third.returncode == 0
+    finally:
+        stop_process(first)
 
 
 def test_bad_config_exits_with_a_message(tmp_path: Path) -> None:

@@ -1,63 +1,168 @@
-"""Broker settings, and how they are read: defaults < TOML file < MAGNETAR_* env < flags."""
+"""Broker settings, and how they are read: defaults < TOML file < MAGNETAR_* env < flags.
+
+Every setting is a field of ``BrokerConfig``; its help text lives in the field's
+metadata, so ``magnetar serve --help`` (generated from the fields) cannot drift from
+them. A value that cannot be used raises ``ConfigError``, which names the setting,
+the value and the reason.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from magnetar.protocol.frames import DEFAULT_MAX_MESSAGE_SIZE
 
 
+class ConfigError(ValueError):
+    """A setting has a value the broker cannot use: names the setting, the value, why."""
+
+    def __init__(self, setting: str, value: object, reason: str, source: str = "") -> None:
+        self.setting = setting
+        self.value = value
+        self.reason = reason
+        self.source = source  # where the value came from (a file, an env variable), if known
+        where = f" (from {source})" if source else ""
+        super().__init__(f"{setting} = {_show(value)}{where}: {reason}")
+
+
+def _show(value: object) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
 @dataclass
 class BrokerConfig:
-    host: str = "127.0.0.1"
-    port: int = 6650
-    advertised_address: str | None = None  # host[:port] clients are told to connect to
-    admin_port: int | None = 8080  # None or 0 disables the admin HTTP server (0 = any free port)
-    admin_host: str = "127.0.0.1"
-    data_dir: Path = field(default_factory=lambda: Path("./data"))
-    sync_policy: str = "always"  # "always" (fsync + group commit) or "interval"
-    sync_interval: float = 0.05
-    # "always": fsync groups of at most this many entries on the loop thread, while
-    # fsyncs take under inline_sync_max_seconds (moving average) and no other topic
-    # has a write due in the same loop round; else on worker threads.
-    inline_sync_max_entries: int = 4
-    inline_sync_max_seconds: float = 0.001
-    # Zeros reserved ahead of the writes in segment files (fallocate), so that an
-    # fsync has no file size to commit; 0 disables.
-    segment_reserve_max_bytes: int = 4 * 1024 * 1024
-    # Microseconds the event loop keeps polling after input before it sleeps (see
-    # broker/idle_poll.py): lower latency where waking a CPU is slow, for some CPU
-    # while traffic trickles. 0 disables; an in-process (thread) broker uses 0,
-    # as it would compete with its host for the GIL.
-    idle_poll_us: int = 200
-    # Consumers get an entry once it is written to the OS (it survives a broker crash)
-    # rather than after its fsync; send receipts still wait for the sync policy.
-    dispatch_before_sync: bool = True
-    segment_max_bytes: int = 64 * 1024 * 1024
-    cache_max_bytes: int = 128 * 1024 * 1024
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-    allow_auto_topic_creation: bool = True
-    default_partitions: int = 0  # >0: auto-created topics are partitioned with this count
-    # A partitioned topic may have at most this many partitions (each is a topic with
-    # open files); a typo like 100000 is refused instead of stalling the broker. 0: no cap.
-    max_partitions_per_topic: int = 1000
-    keepalive_interval: float = 30.0  # seconds between pings; a peer silent for 2x is dropped
-    # A producer that reconnects under a name still held by another connection: that
-    # connection must answer a ping within this many seconds, or it is dropped.
-    connection_liveness_check_timeout: float = 5.0
-    cursor_flush_interval: float = 1.0
-    retention_check_interval: float = 10.0
-    max_unacked_per_consumer: int = 50000
-    rpc_reply_hold_seconds: float = 10.0  # PIP-371 replies wait this long for a requester
-    rpc_max_held_replies: int = 10000  # ... and at most this many wait at once
-    rpc_max_held_bytes: int = 32 * 1024 * 1024  # ... holding at most this many body bytes
-    log_level: str = "INFO"
-    log_format: str = "json"  # "json" or "text"
+    host: str = field(default="127.0.0.1", metadata=_help("address to listen on"))
+    port: int = field(
+        default=6650,
+        metadata=_help("Pulsar protocol port, 1-65535 (0, any free port, only from Python)"),
+    )
+    advertised_address: str | None = field(
+        default=None,
+        metadata=_help("host[:port] clients are told to connect to in lookups"),
+    )
+    admin_port: int | None = field(
+        default=8080,
+        metadata=_help(
+            "admin HTTP port, 1-65535; 'off' disables (from Python: None disables, "
+            "0 is any free port)"
+        ),
+    )
+    admin_host: str = field(default="127.0.0.1", metadata=_help("address the admin HTTP is on"))
+    data_dir: Path = field(
+        default_factory=lambda: Path("./data"),
+        metadata=_help("where topics are stored; one broker at a time may use it"),
+    )
+    sync_policy: str = field(
+        default="always",
+        metadata=_help(
+            "'always': fsync before each send receipt, with group commit; "
+            "'interval': fsync every sync_interval seconds"
+        ),
+    )
+    sync_interval: float = field(
+        default=0.05, metadata=_help("seconds between fsyncs (sync_policy interval)")
+    )
+    inline_sync_max_entries: int = field(
+        default=4,
+        metadata=_help(
+            "'always': fsync groups of at most this many entries on the event loop "
+            "itself, while fsyncs take under inline_sync_max_seconds (moving average) "
+            "and no other topic has a write due in the same loop round; else on "
+            "worker threads"
+        ),
+    )
+    inline_sync_max_seconds: float = field(
+        default=0.001, metadata=_help("see inline_sync_max_entries")
+    )
+    segment_reserve_max_bytes: int = field(
+        default=4 * 1024 * 1024,
+        metadata=_help(
+            "zeros reserved ahead of the writes in segment files (fallocate), so that "
+            "an fsync has no file size to commit; 0 disables"
+        ),
+    )
+    idle_poll_us: int = field(
+        default=200,
+        metadata=_help(
+            "microseconds the event loop keeps polling after input before it sleeps: "
+            "lower latency where waking a CPU is slow, for some CPU while traffic "
+            "trickles; 0 disables (an in-process EmbeddedBroker uses 0)"
+        ),
+    )
+    dispatch_before_sync: bool = field(
+        default=True,
+        metadata=_help(
+            "consumers get an entry once it is written to the OS (it survives a broker "
+            "crash) rather than after its fsync; send receipts still wait for the sync "
+            "policy"
+        ),
+    )
+    segment_max_bytes: int = field(
+        default=64 * 1024 * 1024, metadata=_help("size at which a segment file is rolled")
+    )
+    cache_max_bytes: int = field(
+        default=128 * 1024 * 1024, metadata=_help("bytes of recent entries kept in memory")
+    )
+    max_message_size: int = field(
+        default=DEFAULT_MAX_MESSAGE_SIZE, metadata=_help("largest message accepted, in bytes")
+    )
+    allow_auto_topic_creation: bool = field(
+        default=True, metadata=_help("a producer or consumer may create the topic it names")
+    )
+    default_partitions: int = field(
+        default=0, metadata=_help("partitions of auto-created topics; 0: not partitioned")
+    )
+    max_partitions_per_topic: int = field(
+        default=1000,
+        metadata=_help(
+            "most partitions a partitioned topic may have (each is a topic with open "
+            "files), so a typo like 100000 is refused; 0: no cap"
+        ),
+    )
+    keepalive_interval: float = field(
+        default=30.0,
+        metadata=_help("seconds between pings; a peer silent for twice this is dropped"),
+    )
+    connection_liveness_check_timeout: float = field(
+        default=5.0,
+        metadata=_help(
+            "seconds a connection has to answer a ping when a producer of the same name "
+            "reconnects elsewhere; silent, it is dropped and the newcomer takes over"
+        ),
+    )
+    cursor_flush_interval: float = field(
+        default=1.0, metadata=_help("seconds between writes of subscription positions")
+    )
+    retention_check_interval: float = field(
+        default=10.0, metadata=_help("seconds between removals of consumed segments")
+    )
+    max_unacked_per_consumer: int = field(
+        default=50000, metadata=_help("messages a consumer may hold unacknowledged")
+    )
+    rpc_reply_hold_seconds: float = field(
+        default=10.0, metadata=_help("PIP-371: seconds a reply waits for its requester")
+    )
+    rpc_max_held_replies: int = field(
+        default=10000, metadata=_help("PIP-371: most replies waiting at once")
+    )
+    rpc_max_held_bytes: int = field(
+        default=32 * 1024 * 1024,
+        metadata=_help("PIP-371: most bytes of reply bodies waiting at once"),
+    )
+    log_level: str = field(
+        default="INFO", metadata=_help("DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    )
+    log_format: str = field(default="json", metadata=_help("'json' or 'text'"))
 
     @property
     def service_url(self) -> str:
@@ -73,40 +178,193 @@ class BrokerConfig:
         return f"{host}:{self.port}"
 
     def validate(self) -> None:
-        if self.sync_policy not in ("always", "interval"):
-            raise ValueError(
-                f"sync_policy must be 'always' or 'interval', not {self.sync_policy!r}"
+        """Raise ConfigError for the first setting that cannot be used.
+
+        Ports may be 0 here (any free port, for brokers started from Python); the data
+        directory is checked without creating anything.
+        """
+        _check_port("port", self.port)
+        if self.admin_port is not None:
+            _check_port("admin_port", self.admin_port)
+        _check_data_dir(self.data_dir)
+        _check_choice("sync_policy", self.sync_policy, ("always", "interval"))
+        _check_choice("log_format", self.log_format, ("json", "text"))
+        if self.log_level.upper() not in _LOG_LEVELS:
+            raise ConfigError(
+                "log_level", self.log_level, f"not a log level ({', '.join(_LOG_LEVELS)})"
             )
-        if self.max_message_size <= 0:
-            raise ValueError("max_message_size must be positive")
-        if self.default_partitions < 0:
-            raise ValueError("default_partitions must be >= 0")
-        if self.max_partitions_per_topic < 0:
-            raise ValueError("max_partitions_per_topic must be >= 0")
+        for name in ("max_message_size", "segment_max_bytes", "max_unacked_per_consumer"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, getattr(self, name), "must be positive")
+        for name in ("keepalive_interval", "cursor_flush_interval", "retention_check_interval"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, getattr(self, name), "must be a positive number of seconds")
+        for name in (
+            "sync_interval",
+            "inline_sync_max_entries",
+            "inline_sync_max_seconds",
+            "segment_reserve_max_bytes",
+            "idle_poll_us",
+            "cache_max_bytes",
+            "default_partitions",
+            "max_partitions_per_topic",
+            "rpc_reply_hold_seconds",
+            "rpc_max_held_replies",
+        ):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, getattr(self, name), "must be >= 0")
         if 0 < self.max_partitions_per_topic < self.default_partitions:
-            raise ValueError("default_partitions must not exceed max_partitions_per_topic")
-        if self.idle_poll_us < 0:
-            raise ValueError("idle_poll_us must be >= 0")
+            raise ConfigError(
+                "default_partitions",
+                self.default_partitions,
+                f"exceeds max_partitions_per_topic ({self.max_partitions_per_topic})",
+            )
 
 
-def _coerce(name: str, kind: Any, value: Any) -> Any:
-    text = str(value)
-    kind_s = str(kind)
-    if "bool" in kind_s:
-        if isinstance(value, bool):
-            return value
-        return text.strip().lower() in ("1", "true", "yes", "on")
-    if "Path" in kind_s:
-        return Path(text)
-    if "int" in kind_s and "None" in kind_s:
-        return None if text.lower() in ("", "none", "off") else int(text)
-    if "int" in kind_s:
-        return int(text)
-    if "float" in kind_s:
-        return float(text)
-    if "None" in kind_s and text.lower() in ("", "none"):
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _check_port(name: str, port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise ConfigError(name, port, "not a port number (1-65535)")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(name, value, "must be " + " or ".join(repr(c) for c in choices))
+
+
+def _check_data_dir(path: Path) -> None:
+    """The data directory, or the nearest of its parents that exists, must be a
+    directory this process may write in."""
+    existing = path
+    try:
+        while not existing.exists() and existing != existing.parent:
+            if existing.is_symlink():  # dangling: mkdir would fail on it
+                raise ConfigError("data_dir", path, f"{existing} is a dangling symbolic link")
+            existing = existing.parent
+        is_dir = existing.is_dir()
+    except OSError as exc:
+        raise ConfigError("data_dir", path, exc.strerror or str(exc)) from None
+    if not is_dir:
+        what = "it" if existing == path else str(existing)
+        raise ConfigError("data_dir", path, f"{what} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == path else f" ({existing} is not)"
+        raise ConfigError("data_dir", path, f"not writable{where}")
+
+
+# ------------------------------------------------------------ reading values
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError("not a boolean (true/false, 1/0, yes/no, on/off)")
+
+
+def _parse_int(value: Any) -> int:
+    if isinstance(value, (bool, float)):
+        raise ValueError("not a whole number")
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError("not a whole number") from None
+
+
+def _parse_optional_port(value: Any) -> int | None:
+    if str(value).strip().lower() in ("", "none", "off"):
         return None
-    return text
+    try:
+        return _parse_int(value)
+    except ValueError:
+        raise ValueError("not a port number (1-65535) or 'off'") from None
+
+
+def _parse_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("not a number")
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not math.isfinite(number):
+        raise ValueError("not a finite number")
+    return number
+
+
+def _parse_optional_str(value: Any) -> str | None:
+    text = str(value)
+    return None if text.strip().lower() in ("", "none") else text
+
+
+def _parse_str(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        raise ValueError("not a string")
+    return str(value)
+
+
+def _parse_path(value: Any) -> Path:
+    return Path(_parse_str(value))
+
+
+# The annotations of BrokerConfig's fields (strings: this module postpones them).
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "bool": _parse_bool,
+    "int": _parse_int,
+    "int | None": _parse_optional_port,
+    "float": _parse_float,
+    "str": _parse_str,
+    "str | None": _parse_optional_str,
+    "Path": _parse_path,
+}
+
+
+def config_fields() -> list[Field[Any]]:
+    """BrokerConfig's fields, each with a parser (checked here, so a new field with a
+    new type fails at once)."""
+    found = list(fields(BrokerConfig))
+    for f in found:
+        if str(f.type) not in _PARSERS:
+            raise TypeError(f"BrokerConfig.{f.name}: no parser for {f.type}")
+    return found
+
+
+def default_of(f: Field[Any]) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    raise TypeError(f"BrokerConfig.{f.name} has no default")
+
+
+def parse_value(name: str, value: Any, source: str = "") -> Any:
+    """``value`` (text from env or a flag, or a TOML value) as setting ``name``'s type."""
+    kinds = {f.name: str(f.type) for f in config_fields()}
+    if name not in kinds:
+        raise ConfigError(name, value, "unknown setting", source)
+    try:
+        return _PARSERS[kinds[name]](value)
+    except ValueError as exc:
+        raise ConfigError(name, value, str(exc), source) from None
+
+
+def _check_external_ports(config: BrokerConfig, sources: Mapping[str, str]) -> None:
+    # Port 0 (any free port) makes sense only where the caller reads the port back.
+    if config.port == 0:
+        raise ConfigError("port", 0, "not a port number (1-65535)", sources.get("port", ""))
+    if config.admin_port == 0:
+        raise ConfigError(
+            "admin_port", 0, "not a port number (1-65535) or 'off'", sources.get("admin_port", "")
+        )
 
 
 def load_config(
@@ -114,29 +372,42 @@ def load_config(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> BrokerConfig:
-    """Layer the sources; unknown keys in the file or bad values raise ValueError."""
+    """Layer the sources; an unknown key in the file, an unreadable file or a bad value
+    raises ConfigError (a ValueError)."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
-    kinds = {f.name: f.type for f in fields(BrokerConfig)}
+    sources: dict[str, str] = {}
+    names = [f.name for f in config_fields()]
     if config_file is not None:
-        with open(config_file, "rb") as fh:
-            data = tomllib.load(fh)
+        try:
+            with open(config_file, "rb") as fh:
+                data = tomllib.load(fh)
+        except OSError as exc:
+            raise ConfigError("config", config_file, exc.strerror or str(exc)) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("config", config_file, f"not valid TOML: {exc}") from None
         section = data.get("broker", data)
         for key, value in section.items():
             name = key.replace("-", "_")
-            if name not in kinds:
-                raise ValueError(f"{config_file}: unknown setting {key!r}")
-            values[name] = _coerce(name, kinds[name], value)
-    for name, kind in kinds.items():
+            if name not in names:
+                raise ConfigError(key, value, "unknown setting", str(config_file))
+            values[name] = parse_value(name, value, str(config_file))
+            sources[name] = str(config_file)
+    for name in names:
         env_key = f"MAGNETAR_{name.upper()}"
         if env_key in env:
-            try:
-                values[name] = _coerce(name, kind, env[env_key])
-            except ValueError as exc:
-                raise ValueError(f"{env_key}: {exc}") from None
+            values[name] = parse_value(name, env[env_key], env_key)
+            sources[name] = env_key
     for name, value in (overrides or {}).items():
         if value is not None:
-            values[name] = _coerce(name, kinds[name], value)
+            values[name] = parse_value(name, value)
+            sources[name] = ""
     config = BrokerConfig(**values)
-    config.validate()
+    try:
+        config.validate()
+    except ConfigError as exc:
+        if exc.source or not sources.get(exc.setting):
+            raise
+        raise ConfigError(exc.setting, exc.value, exc.reason, sources[exc.setting]) from None
+    _check_external_ports(config, sources)
     return config

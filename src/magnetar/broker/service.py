@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import shutil
+import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from magnetar.broker.config import BrokerConfig
+from magnetar.broker.config import BrokerConfig, ConfigError
 from magnetar.broker.connection import ServerCnx
 from magnetar.broker.idle_poll import IdlePoller
 from magnetar.broker.metrics import BrokerMetrics
@@ -20,6 +22,7 @@ from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 from magnetar.storage import LedgerConfig, Store
+from magnetar.storage.dir_lock import DataDirLock
 
 if TYPE_CHECKING:
     from magnetar.broker.producer import Producer
@@ -45,6 +48,7 @@ class BrokerService:
         self._server: asyncio.AbstractServer | None = None
         self._timers: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._dir_lock = DataDirLock(config.data_dir)
         self.admin: object | None = None
         ledger_config = LedgerConfig(
             segment_max_bytes=config.segment_max_bytes,
@@ -74,30 +78,57 @@ class BrokerService:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        """Lock the data directory and listen. A setting that stops it (a port in use,
+        a data directory it cannot create) raises ConfigError; another broker on the
+        data directory raises DataDirInUse. Either way nothing is left held."""
         self.loop = asyncio.get_running_loop()
         self.idle_poller = IdlePoller(self.loop, self.config.idle_poll_us / 1e6)
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        # Non-persistent topics keep nothing across restarts.
-        shutil.rmtree(self._scratch_dir, ignore_errors=True)
-        self._server = await self.loop.create_server(
-            lambda: ServerCnx(self), self.config.host, self.config.port, reuse_address=True
-        )
-        if self.config.port == 0:
-            self.config.port = self._server.sockets[0].getsockname()[1]
+        try:
+            self._dir_lock.acquire()  # before anything in the directory is touched
+        except OSError as exc:
+            reason = f"cannot lock it: {_reason(exc)}"
+            raise ConfigError("data_dir", self.config.data_dir, reason) from None
+        try:
+            # Non-persistent topics keep nothing across restarts.
+            shutil.rmtree(self._scratch_dir, ignore_errors=True)
+            self._server = await self._listen()
+            if self.config.port == 0:
+                self.config.port = self._server.sockets[0].getsockname()[1]
+            if self.config.admin_port is not None:
+                from magnetar.admin.server import AdminServer
+
+                admin = AdminServer(self)
+                try:
+                    await admin.start()
+                except OSError as exc:
+                    await admin.stop()
+                    raise _bind_error(
+                        "admin_port", self.config.admin_host, self.config.admin_port, exc
+                    ) from None
+                self.admin = admin
+        except BaseException:
+            if self._server is not None:
+                self._server.close()
+                await self._server.wait_closed()
+                self._server = None
+            self._dir_lock.release()
+            raise
         self._timers.append(self.loop.create_task(self._cursor_flusher()))
         self._timers.append(self.loop.create_task(self._retention()))
-        if self.config.admin_port is not None:
-            from magnetar.admin.server import AdminServer
-
-            admin = AdminServer(self)
-            await admin.start()
-            self.admin = admin
         log.info(
             "magnetar broker listening on %s (data in %s, sync policy %s)",
             self.config.service_url,
             self.config.data_dir,
             self.config.sync_policy,
         )
+
+    async def _listen(self) -> asyncio.Server:
+        try:
+            return await self.loop.create_server(
+                lambda: ServerCnx(self), self.config.host, self.config.port, reuse_address=True
+            )
+        except OSError as exc:
+            raise _bind_error("port", self.config.host, self.config.port, exc) from None
 
     @property
     def service_url(self) -> str:
@@ -123,6 +154,7 @@ class BrokerService:
         self.topics.clear()
         if self._server is not None:
             await self._server.wait_closed()
+        self._dir_lock.release()  # last: the topics are flushed and closed
         log.info("magnetar broker stopped")
 
     async def _cursor_flusher(self) -> None:
@@ -324,3 +356,17 @@ class BrokerService:
 
     def on_producer_closed(self, topic: Topic, producer: Producer, explicit: bool) -> None:
         self.replies.producer_closed(topic, producer, explicit)
+
+
+def _reason(exc: OSError) -> str:
+    # uvloop's messages repeat the address; the errno's own words say what went wrong
+    if exc.errno and exc.errno > 0 and not isinstance(exc, socket.gaierror):
+        return os.strerror(exc.errno)
+    return exc.strerror or str(exc)
+
+
+def _bind_error(setting: str, host: str, port: int, exc: OSError) -> ConfigError:
+    if isinstance(exc, socket.gaierror):
+        return ConfigError("admin_host" if setting == "admin_port" else "host", host,
+                           f"cannot listen there: {_reason(exc)}")
+    return ConfigError(setting, port, f"cannot listen on {host}:{port}: {_reason(exc)}")
