@@ -211,3 +211,98 @@ def test_held_reply_expires_and_is_counted(broker: EmbeddedBroker, topic: str) -
         assert dropped(broker, "producer_gone") == before + 1
     finally:
         router.hold_seconds = saved
+
+
+def request_and_deliver(
+    requester: RawPeer, responder: RawPeer, name: str, seq: int, producer_id: int = 1
+) -> pb.CommandMessage:
+    requester.publish(producer_id, name, seq, b"q")
+    return responder.expect(BaseCommand.MESSAGE).command.message
+
+
+def test_receipt_carries_the_request_sequence_id(broker: EmbeddedBroker, topic: str) -> None:
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic)
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")
+    message = request_and_deliver(requester, responder, name, 41)
+    responder.send(*ack_with_reply(message.message_id, name, b"a"))
+    receipt = requester.expect(BaseCommand.REQUEST_RECEIPT).command.requestReceipt
+    assert receipt.HasField("request_sequence_id") and receipt.request_sequence_id == 41
+
+
+def test_reply_naming_another_producer_is_refused_and_the_request_stays(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic, name="asker")
+    bystander = RawPeer(broker.port)
+    bystander.producer(topic, name="bystander")
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")
+    message = request_and_deliver(requester, responder, name, 0)
+    responder.send(*ack_with_reply(message.message_id, "bystander", b"misdirected", request_id=8))
+    response = responder.expect(BaseCommand.ACK_RESPONSE).command.ackResponse
+    assert response.request_id == 8 and response.error == pb.NotAllowedError
+    assert "was sent by 'asker'" in response.message
+    assert bystander.nothing_of(BaseCommand.REQUEST_RECEIPT)
+    assert requester.nothing_of(BaseCommand.REQUEST_RECEIPT)
+    responder.close()  # the ack was not applied: the request comes again
+    again = RawPeer(broker.port)
+    again.subscribe(topic, "rpc")
+    redelivered = again.expect(BaseCommand.MESSAGE).command.message
+    assert redelivered.message_id.entryId == message.message_id.entryId
+
+
+def test_reply_without_a_requester_name_goes_to_the_stored_producer(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic, name="by-id")
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")
+    message = request_and_deliver(requester, responder, name, 5)
+    responder.send(*ack_with_reply(message.message_id, "", b"routed", request_id=9))
+    frame = requester.expect(BaseCommand.REQUEST_RECEIPT)
+    assert frame.body == b"routed" and frame.command.requestReceipt.request_sequence_id == 5
+    response = responder.expect(BaseCommand.ACK_RESPONSE).command.ackResponse
+    assert response.request_id == 9 and not response.HasField("error")
+
+
+def test_a_reply_on_an_invalid_ack_is_not_forwarded(broker: EmbeddedBroker, topic: str) -> None:
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic)
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc")  # Shared: a cumulative ack is refused as a whole
+    message = request_and_deliver(requester, responder, name, 0)
+    command, body = ack_with_reply(message.message_id, name, b"too early", request_id=10)
+    command.ack.ack_type = pb.CommandAck.Cumulative
+    responder.send(command, body)
+    response = responder.expect(BaseCommand.ACK_RESPONSE).command.ackResponse
+    assert response.error == pb.NotAllowedError and "cumulative" in response.message
+    assert requester.nothing_of(BaseCommand.REQUEST_RECEIPT)
+
+
+def test_held_replies_are_bounded_in_bytes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with EmbeddedBroker(data_dir=tmp_path, rpc_max_held_bytes=10) as broker:
+        topic = "held-bytes"
+        requester = RawPeer(broker.port)
+        name = requester.producer(topic, name="away")
+        responder = RawPeer(broker.port)
+        responder.subscribe(topic, "rpc")
+        first = request_and_deliver(requester, responder, name, 0)
+        second = request_and_deliver(requester, responder, name, 1)
+        requester.close()
+        assert broker.service is not None
+        deadline = time.monotonic() + 5
+        while broker.service.topics[f"persistent://public/default/{topic}"].producers:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        responder.send(*ack_with_reply(first.message_id, name, b"8 bytes!", request_id=1))
+        responder.expect(BaseCommand.ACK_RESPONSE)
+        responder.send(*ack_with_reply(second.message_id, name, b"8 more!!", request_id=2))
+        responder.expect(BaseCommand.ACK_RESPONSE)
+        back = RawPeer(broker.port)
+        back.producer(topic, producer_id=2, name="away")
+        assert back.expect(BaseCommand.REQUEST_RECEIPT).body == b"8 bytes!"
+        assert back.nothing_of(BaseCommand.REQUEST_RECEIPT)

@@ -10,11 +10,16 @@ from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.broker.connection import ServerCnx
+    from magnetar.broker.subscription import Subscription
     from magnetar.protocol.frames import Frame
 
 log = logging.getLogger("magnetar.broker.connection")
 
 T = BaseCommand.Type
+
+
+class AckRefused(Exception):
+    """The ack is invalid as a whole: nothing of it is applied, no reply it carries is sent."""
 
 
 def handle_ack(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
@@ -24,59 +29,62 @@ def handle_ack(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
         if ack.HasField("request_id"):
             ack_response(cnx, ack, pb.ConsumerNotFound, f"consumer {ack.consumer_id} not found")
         return
+    sub = consumer.subscription
+    try:
+        entry_ids = _entries_to_ack(sub, ack)
+    except AckRefused as exc:
+        _refuse(cnx, ack, str(exc))
+        return
     if ack.HasField("reply_to_client"):
+        # The reply goes out before the ack is applied, and only for a valid ack; a
+        # refused reply leaves the request unacked, so it is delivered again.
         try:
             cnx.service.replies.forward(consumer, ack, frame.body)
         except ReplyRejected as exc:
             log.info("reply from %s rejected: %s", consumer.name, exc)
-            if ack.HasField("request_id"):
-                ack_response(cnx, ack, pb.NotAllowedError, str(exc))
-            else:
-                cnx.write_error(0, pb.NotAllowedError, str(exc))
+            _refuse(cnx, ack, str(exc))
             return
-    sub = consumer.subscription
+    if ack.ack_type == pb.CommandAck.Cumulative:
+        if entry_ids[0] >= 0:
+            sub.ack_cumulative(consumer, entry_ids[0])
+    elif entry_ids:
+        sub.ack_individual(consumer, entry_ids)
+    if ack.HasField("request_id"):
+        ack_response(cnx, ack, None, None)
+
+
+def _entries_to_ack(sub: Subscription, ack: pb.CommandAck) -> list[int]:
+    """The entry ids the ack applies to (for a cumulative ack: the one to ack up to)."""
     topic = sub.topic
     if ack.ack_type == pb.CommandAck.Cumulative:
         if sub.sub_type in (pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared):
-            if ack.HasField("request_id"):
-                ack_response(
-                    cnx,
-                    ack,
-                    pb.NotAllowedError,
-                    "cumulative ack is not allowed on shared subscriptions",
-                )
-            return
+            raise AckRefused("cumulative ack is not allowed on shared subscriptions")
         if len(ack.message_id) != 1:
-            if ack.HasField("request_id"):
-                ack_response(
-                    cnx, ack, pb.NotAllowedError, "a cumulative ack names exactly one message id"
-                )
-            return
+            raise AckRefused("a cumulative ack names exactly one message id")
         mid = ack.message_id[0]
         entry_id = topic.entry_id_of(mid.ledgerId, mid.entryId)
         if partial_batch(mid):
             entry_id -= 1
         if entry_id > topic.last_visible_entry_id:
             # Acking what does not exist yet would swallow it when it comes.
-            if ack.HasField("request_id"):
-                ack_response(
-                    cnx, ack, pb.NotAllowedError, f"cannot ack past the end of {topic.name}"
-                )
-            return
-        if entry_id >= 0:
-            sub.ack_cumulative(consumer, entry_id)
-    else:
-        last = topic.last_visible_entry_id
-        entry_ids = [
-            entry_id
-            for mid in ack.message_id
-            if not partial_batch(mid)
-            and (entry_id := topic.entry_id_of(mid.ledgerId, mid.entryId)) <= last
-        ]
-        if entry_ids:
-            sub.ack_individual(consumer, entry_ids)
+            raise AckRefused(f"cannot ack past the end of {topic.name}")
+        return [entry_id]
+    last = topic.last_visible_entry_id
+    return [
+        entry_id
+        for mid in ack.message_id
+        if not partial_batch(mid)
+        and (entry_id := topic.entry_id_of(mid.ledgerId, mid.entryId)) <= last
+    ]
+
+
+def _refuse(cnx: ServerCnx, ack: pb.CommandAck, message: str) -> None:
+    """Answer on the ack's request id; an ack without one carried a reply (else it
+    would not be answered at all, as Pulsar ignores bad fire-and-forget acks)."""
     if ack.HasField("request_id"):
-        ack_response(cnx, ack, None, None)
+        ack_response(cnx, ack, pb.NotAllowedError, message)
+    elif ack.HasField("reply_to_client"):
+        cnx.write_error(0, pb.NotAllowedError, message)
 
 
 def ack_response(
