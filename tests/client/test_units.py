@@ -345,6 +345,7 @@ def test_error_mapping() -> None:
     assert issubclass(errors.RequestTimeout, errors.TimeoutError)
     assert errors.is_retriable(errors.ServiceNotReady("x"))
     assert not errors.is_retriable(errors.ProducerFenced("x"))
+    assert not errors.is_retriable(errors.ProducerBusy("x"))
 
 
 # ---------------------------------------------------------------- receiver queue

@@ -77,6 +77,10 @@ class ConnectionHandler:
         """Reconnection failed for good."""
         self._failed = exc
 
+    def _gives_up_on(self, exc: PulsarError) -> bool:
+        """Whether ``exc``, met while attaching again, ends this handle for good."""
+        return isinstance(exc, _FATAL_ON_RECONNECT)
+
     # ------------------------------------------------------------------ machinery
 
     @property
@@ -105,7 +109,7 @@ class ConnectionHandler:
                     if deadline is not None:
                         if not is_retriable(exc):
                             raise
-                    elif isinstance(exc, _FATAL_ON_RECONNECT):
+                    elif self._gives_up_on(exc):
                         raise
                     delay = self._backoff.next()
                     if deadline is not None and self._loop.time() + delay > deadline:

@@ -24,6 +24,8 @@ from magnetar.client.connection import Connection
 from magnetar.client.errors import (
     AlreadyClosed,
     MessageTooBig,
+    ProducerBusy,
+    ProducerFenced,
     ProducerQueueIsFull,
     PulsarError,
     TimeoutError,
@@ -254,6 +256,15 @@ class PartitionProducer(ConnectionHandler):
     def _fatal(self, exc: PulsarError) -> None:
         super()._fatal(exc)
         self._fail_all(exc)
+
+    def _gives_up_on(self, exc: PulsarError) -> bool:
+        # PIP-68, as the Java client: an exclusive producer that finds the topic taken
+        # (ProducerFenced: another exclusive or shared producer; ProducerBusy: its name
+        # in use) has lost its exclusivity; it does not retry. A shared producer waits
+        # out ProducerBusy (an exclusive producer may leave, a stale name is released).
+        if self.conf.access_mode != pb.Shared and isinstance(exc, ProducerBusy | ProducerFenced):
+            return True
+        return super()._gives_up_on(exc)
 
     # ------------------------------------------------------------------ sending
 
