@@ -17,8 +17,8 @@ from magnetar.broker.config import (
     default_of,
     load_config,
 )
-from magnetar.broker.service import BrokerService
 from magnetar.logs import configure_logging
+from magnetar.server import Server
 from magnetar.storage.dir_lock import DataDirInUse
 
 log = logging.getLogger("magnetar")
@@ -74,12 +74,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 async def serve(config: BrokerConfig) -> None:
-    try:
-        service = BrokerService(config)
-    except OSError as exc:  # it creates the data directory
-        reason = f"cannot create it: {exc.strerror or exc}"
-        raise ConfigError("data_dir", config.data_dir, reason) from None
-    await service.start()
+    server = Server(config)
+    await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -87,7 +83,7 @@ async def serve(config: BrokerConfig) -> None:
     print(f"magnetar {__version__} ready on {config.service_url}", file=sys.stderr, flush=True)
     await stop.wait()
     log.info("shutting down: flushing topics")
-    await service.stop()
+    await server.stop()
 
 
 def _run(coro: object) -> None:

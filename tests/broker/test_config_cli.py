@@ -319,3 +319,16 @@ def test_serve_logs_json_and_shuts_down_cleanly_on_sigterm(tmp_path: Path) -> No
     assert process.returncode == 0
     assert '"msg": "magnetar broker listening on pulsar://127.0.0.1:' in stderr
     assert '"msg": "magnetar broker stopped"' in stderr
+
+
+def test_the_broker_knows_no_http() -> None:
+    """magnetar.server puts the broker and the admin HTTP server together; the broker
+    package itself imports neither the admin server nor aiohttp."""
+    code = (
+        "import sys, magnetar.broker.service\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('aiohttp', 'magnetar.admin'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"

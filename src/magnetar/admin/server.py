@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -42,6 +44,7 @@ class AdminServer:
         self.service = service
         self.app = web.Application()
         self.runner: web.AppRunner | None = None
+        self._sock: socket.socket | None = None
         self.port = 0
         base = "/admin/v2/{domain}/{tenant}/{namespace}"
         self.app.add_routes(
@@ -60,20 +63,52 @@ class AdminServer:
             ]
         )
 
-    async def start(self) -> None:
+    async def bind(self) -> None:
+        """Take the admin port without serving on it yet: whoever starts the broker
+        learns that the port is taken before the broker starts (OSError)."""
         config = self.service.config
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(
+            config.admin_host or None,
+            config.admin_port or 0,
+            type=socket.SOCK_STREAM,
+            flags=socket.AI_PASSIVE,
+        )
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+
+    async def serve(self) -> None:
+        """Serve on the port ``bind`` took (binding first if it has not)."""
+        if self._sock is None:
+            await self.bind()
+        assert self._sock is not None
         self.runner = web.AppRunner(self.app, access_log=None)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, config.admin_host, config.admin_port or 0)
+        site = web.SockSite(self.runner, self._sock)
         await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else (config.admin_port or 0)
-        log.info("admin HTTP on http://%s:%d", config.admin_host, self.port)
+        self._sock = None  # the site's server closes it
+        log.info("admin HTTP on http://%s:%d", self.service.config.admin_host, self.port)
+
+    async def start(self) -> None:
+        await self.bind()
+        await self.serve()
 
     async def stop(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
+            self.runner = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
     @property
     def url(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
@@ -33,6 +34,21 @@ class ConfigError(ValueError):
 
 def _show(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)
+
+
+def os_reason(exc: OSError) -> str:
+    """What went wrong, in the errno's own words (uvloop's messages repeat the address)."""
+    if exc.errno and exc.errno > 0 and not isinstance(exc, socket.gaierror):
+        return os.strerror(exc.errno)
+    return exc.strerror or str(exc)
+
+
+def listen_error(setting: str, host_setting: str, host: str, port: int,
+                 exc: OSError) -> ConfigError:
+    """The ConfigError for a listening socket that could not be had on host:port."""
+    if isinstance(exc, socket.gaierror):
+        return ConfigError(host_setting, host, f"cannot listen there: {os_reason(exc)}")
+    return ConfigError(setting, port, f"cannot listen on {host}:{port}: {os_reason(exc)}")
 
 
 def _help(text: str) -> dict[str, str]:

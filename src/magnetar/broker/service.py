@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import shutil
-import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from magnetar.broker.config import BrokerConfig, ConfigError
+from magnetar.broker.config import BrokerConfig, ConfigError, listen_error, os_reason
 from magnetar.broker.connection import ServerCnx
 from magnetar.broker.idle_poll import IdlePoller
 from magnetar.broker.metrics import BrokerMetrics
@@ -49,7 +47,6 @@ class BrokerService:
         self._timers: list[asyncio.Task[None]] = []
         self._stopping = False
         self._dir_lock = DataDirLock(config.data_dir)
-        self.admin: object | None = None
         ledger_config = LedgerConfig(
             segment_max_bytes=config.segment_max_bytes,
             cache_max_bytes=config.cache_max_bytes,
@@ -86,7 +83,7 @@ class BrokerService:
         try:
             self._dir_lock.acquire()  # before anything in the directory is touched
         except OSError as exc:
-            reason = f"cannot lock it: {_reason(exc)}"
+            reason = f"cannot lock it: {os_reason(exc)}"
             raise ConfigError("data_dir", self.config.data_dir, reason) from None
         try:
             # Non-persistent topics keep nothing across restarts.
@@ -94,18 +91,6 @@ class BrokerService:
             self._server = await self._listen()
             if self.config.port == 0:
                 self.config.port = self._server.sockets[0].getsockname()[1]
-            if self.config.admin_port is not None:
-                from magnetar.admin.server import AdminServer
-
-                admin = AdminServer(self)
-                try:
-                    await admin.start()
-                except OSError as exc:
-                    await admin.stop()
-                    raise _bind_error(
-                        "admin_port", self.config.admin_host, self.config.admin_port, exc
-                    ) from None
-                self.admin = admin
         except BaseException:
             if self._server is not None:
                 self._server.close()
@@ -128,7 +113,7 @@ class BrokerService:
                 lambda: ServerCnx(self), self.config.host, self.config.port, reuse_address=True
             )
         except OSError as exc:
-            raise _bind_error("port", self.config.host, self.config.port, exc) from None
+            raise listen_error("port", "host", self.config.host, self.config.port, exc) from None
 
     @property
     def service_url(self) -> str:
@@ -144,8 +129,6 @@ class BrokerService:
             task.cancel()
         for cnx in list(self.connections):
             cnx.close()
-        if self.admin is not None:
-            await self.admin.stop()  # type: ignore[attr-defined]
         for topic in list(self.topics.values()):
             try:
                 await topic.close()
@@ -357,16 +340,3 @@ class BrokerService:
     def on_producer_closed(self, topic: Topic, producer: Producer, explicit: bool) -> None:
         self.replies.producer_closed(topic, producer, explicit)
 
-
-def _reason(exc: OSError) -> str:
-    # uvloop's messages repeat the address; the errno's own words say what went wrong
-    if exc.errno and exc.errno > 0 and not isinstance(exc, socket.gaierror):
-        return os.strerror(exc.errno)
-    return exc.strerror or str(exc)
-
-
-def _bind_error(setting: str, host: str, port: int, exc: OSError) -> ConfigError:
-    if isinstance(exc, socket.gaierror):
-        return ConfigError("admin_host" if setting == "admin_port" else "host", host,
-                           f"cannot listen there: {_reason(exc)}")
-    return ConfigError(setting, port, f"cannot listen on {host}:{port}: {_reason(exc)}")

@@ -19,6 +19,7 @@ from typing import Any
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.service import BrokerService
+from magnetar.server import Server
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -84,6 +85,7 @@ class EmbeddedBroker:
         self.settings = settings
         self.startup_timeout = startup_timeout
         self.service: BrokerService | None = None
+        self.server: Server | None = None  # thread mode: the broker and its admin HTTP
         self.process: subprocess.Popen[bytes] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -172,19 +174,19 @@ class EmbeddedBroker:
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = _new_loop()
-        service = BrokerService(self._config())
+        server = Server(self._config())
 
         def run() -> None:
             asyncio.set_event_loop(loop)
             try:
-                loop.run_until_complete(service.start())
+                loop.run_until_complete(server.start())
             except BaseException as exc:  # reported to the starting thread
                 failure.append(exc)
                 ready.set()
                 return
             ready.set()
             loop.run_forever()
-            loop.run_until_complete(service.stop())
+            loop.run_until_complete(server.stop())
             loop.close()
 
         thread = threading.Thread(target=run, name=f"magnetar-{self.port}", daemon=True)
@@ -193,7 +195,8 @@ class EmbeddedBroker:
             raise TimeoutError("embedded broker did not start in time")
         if failure:
             raise RuntimeError(f"embedded broker failed to start: {failure[0]}") from failure[0]
-        self.service = service
+        self.server = server
+        self.service = server.service
         self._loop = loop
         self._thread = thread
 
@@ -204,6 +207,7 @@ class EmbeddedBroker:
         self._thread.join(30)
         self._loop = None
         self._thread = None
+        self.server = None
         self.service = None
 
     # ------------------------------------------------------------ subprocess mode
