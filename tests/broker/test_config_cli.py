@@ -157,6 +157,16 @@ def test_port_zero_means_any_free_port_from_python_only() -> None:
         BrokerConfig(port=65536).validate()
 
 
+def test_every_number_setting_refuses_a_negative_value() -> None:
+    """A new number setting needs its range checked in BrokerConfig.validate()."""
+    numbers = [f.name for f in fields(BrokerConfig) if str(f.type) in ("int", "float")]
+    assert "port" in numbers and "sync_interval" in numbers
+    for name in numbers:
+        with pytest.raises(ConfigError) as refused:
+            load_config(None, env={f"MAGNETAR_{name.upper()}": "-1"})
+        assert refused.value.setting == name
+
+
 BAD_SETTINGS = [
     # (flags, environment, TOML file, what the one line must name)
     (["--port", "99999"], {}, None, "port = 99999"),

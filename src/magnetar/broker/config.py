@@ -212,7 +212,12 @@ class BrokerConfig:
         for name in ("max_message_size", "segment_max_bytes", "max_unacked_per_consumer"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, getattr(self, name), "must be positive")
-        for name in ("keepalive_interval", "cursor_flush_interval", "retention_check_interval"):
+        for name in (
+            "keepalive_interval",
+            "connection_liveness_check_timeout",
+            "cursor_flush_interval",
+            "retention_check_interval",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, getattr(self, name), "must be a positive number of seconds")
         for name in (
@@ -226,6 +231,7 @@ class BrokerConfig:
             "max_partitions_per_topic",
             "rpc_reply_hold_seconds",
             "rpc_max_held_replies",
+            "rpc_max_held_bytes",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(name, getattr(self, name), "must be >= 0")
