@@ -107,12 +107,18 @@ def dispatch_round(sub: Subscription) -> bool:
 def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) -> None:
     topic = sub.topic
     num_messages = info.num_messages
+    try:
+        entry = topic.ledger.read(entry_id)
+    except Exception:
+        # Not sent: it must go out on a later round, not stay owned by nobody.
+        sub.replay.add(entry_id)
+        raise
     sub.pending[entry_id] = consumer
     sub.dispatcher.hold(info.key_hash, consumer)
     consumer.send_entry(
         entry_id,
         topic.message_id_bytes(entry_id),
-        topic.ledger.read(entry_id),
+        entry,
         num_messages,
         sub.redelivery_counts.get(entry_id, 0),
     )

@@ -40,20 +40,28 @@ class FailoverHandover:
                 # As Pulsar does: the newcomer is active at once, but reading for it
                 # waits a moment so the old consumer's acks in flight can land.
                 self.cancel()
-                self._hold = sub.topic.loop.call_later(self.delay, self._end_hold, previous)
-            elif previous.pending:
-                sub.return_pending(previous, list(previous.pending), count_redelivery=False)
+                self._hold = sub.topic.loop.call_later(self.delay, self._end_hold)
+            else:
+                self._return_inactive_pending()
         for consumer in sub.consumers:
             if consumer.announced:
                 self.tell_active(consumer, consumer is active)
 
-    def _end_hold(self, previous: Consumer) -> None:
-        """The new active consumer starts where the old one left off (minus its acks)."""
+    def _end_hold(self) -> None:
+        """The new active consumer starts where the old ones left off (minus their acks)."""
         self._hold = None
+        self._return_inactive_pending()
+        self.subscription.schedule_dispatch()
+
+    def _return_inactive_pending(self) -> None:
+        # Every inactive consumer's entries go back, not only the last one's: when
+        # consumers join one after another within a hold, each hand-over replaces the
+        # hold, and entries of an earlier active consumer must not be stranded on it.
         sub = self.subscription
-        if not previous.closed and previous.pending:
-            sub.return_pending(previous, list(previous.pending), count_redelivery=False)
-        sub.schedule_dispatch()
+        active = sub.dispatcher.active_consumer()
+        for consumer in sub.consumers:
+            if consumer is not active and consumer.pending:
+                sub.return_pending(consumer, list(consumer.pending), count_redelivery=False)
 
     def notify_consumer_active(self, consumer: Consumer) -> None:
         """After SUBSCRIBE's SUCCESS: tell a consumer whether it is active."""

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("magnetar.broker.subscription")
 
+DISPATCH_RETRY_DELAY = 0.2  # seconds after a dispatch round that failed
+
 
 class Cursor(Protocol):
     mark_delete: int
@@ -190,6 +192,16 @@ class Subscription:
         self.return_pending(consumer, ids, count_redelivery=True)
         self.schedule_dispatch()
 
+    def rewind(self, consumer: Consumer, counted: list[int]) -> None:
+        """Exclusive/Failover: everything pending on ``consumer`` goes out again in
+        order; only ``counted`` (what the application negatively acknowledged) gets a
+        higher redelivery count, not what sat unseen in the client's prefetch queue."""
+        counted_set = set(counted)
+        pending = list(consumer.pending)
+        self.return_pending(consumer, [e for e in pending if e in counted_set], True)
+        self.return_pending(consumer, [e for e in pending if e not in counted_set], False)
+        self.schedule_dispatch()
+
     # ------------------------------------------------------------ positions
 
     def seek(self, entry_id: int) -> None:
@@ -239,6 +251,8 @@ class Subscription:
             more = dispatch_round(self)
         except Exception:
             log.exception("dispatch failed on %s/%s", self.topic.name, self.name)
+            # A failed read (a storage error) is retried a moment later, not spun on.
+            self.topic.loop.call_later(DISPATCH_RETRY_DELAY, self.schedule_dispatch)
             return
         if more:
             self.schedule_dispatch()

@@ -116,12 +116,15 @@ def handle_redeliver(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
     sub = consumer.subscription
     if request.HasField("consumer_epoch"):
         consumer.consumer_epoch = request.consumer_epoch
-    if request.message_ids and not sub.is_single_active():
-        topic = sub.topic
-        ids = [topic.entry_id_of(m.ledgerId, m.entryId) for m in request.message_ids]
-        sub.redeliver(consumer, ids)
-    else:
+    if not request.message_ids:
         sub.redeliver(consumer, None)
+        return
+    topic = sub.topic
+    ids = [topic.entry_id_of(m.ledgerId, m.entryId) for m in request.message_ids]
+    if sub.is_single_active():
+        sub.rewind(consumer, ids)  # order is total: everything pending goes again
+    else:
+        sub.redeliver(consumer, ids)
 
 
 def handle_unsubscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
