@@ -483,16 +483,6 @@ async def test_replies_in_reverse_order_reach_their_own_requests(
     await _nothing_left(mclient, topic, "calc")
 
 
-# Remove this mark once the broker fills CommandRequestReceipt.request_sequence_id
-# (strict: the test then passes and the mark fails the run, as a reminder).
-BROKER_PENDING_REQUEST_SEQUENCE_ID = pytest.mark.xfail(
-    strict=True,
-    reason="BROKER-PENDING: the broker does not fill CommandRequestReceipt.request_sequence_id "
-    "(field 4, the request's sequence id) yet",
-)
-
-
-@BROKER_PENDING_REQUEST_SEQUENCE_ID
 async def test_the_broker_names_each_reply_by_its_request_sequence_id(mclient: Client) -> None:
     topic = _topic("rr-seq")
     consumer = await mclient.subscribe(topic, "calc", subscription_type="shared")
