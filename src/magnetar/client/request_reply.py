@@ -90,7 +90,10 @@ class PendingRequests:
         self.matched_by_sequence_id = 0  # replies the broker named by request_sequence_id
 
     def __len__(self) -> int:
-        return len(self._by_key) + len(self._unsent)
+        """Requests still waiting for their reply."""
+        # A request answered (or timed out) before its send receipt stays in _unsent
+        # until that receipt, but no longer waits.
+        return len(self._by_key) + sum(not request.done for request in self._unsent)
 
     def new(self, timeout: float) -> PendingRequest:
         future: asyncio.Future[ReplyResult] = self._loop.create_future()
