@@ -19,7 +19,14 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from magnetar.client import Client, Consumer, Producer, RequestTimeout
+from magnetar.client import (
+    Client,
+    Consumer,
+    MessageTooBig,
+    NotAllowed,
+    Producer,
+    RequestTimeout,
+)
 from magnetar.client.errors import AlreadyClosed
 from magnetar.client.request_reply import REQUEST_TIMEOUT_PROPERTY, PendingRequests, Request
 from magnetar.client.sync import Client as SyncClient
@@ -497,6 +504,100 @@ async def test_the_broker_names_each_reply_by_its_request_sequence_id(mclient: C
     assert [r.value for r in results] == [str(i * 2).encode() for i in range(5)]
     assert _pending(single).matched_by_sequence_id == 1
     assert _pending(batched).matched_by_sequence_id == 5
+
+
+# ---------------------------------------------------------------- replying by id, refusals
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
+async def test_reply_by_message_id(mclient: Client, batching: bool) -> None:
+    topic = _topic("rr-by-id")
+    consumer = await mclient.subscribe(topic, "calc", subscription_type="shared")
+    producer = await mclient.create_producer(topic, batching=batching, batching_max_delay=0.01)
+    asked = [producer.request_async(q, timeout=WAIT) for q in (b"1 + 1", b"1 / 0", b"2 * 3")]
+    ids = [(await consumer.receive(WAIT)).message_id for _ in asked]
+    # Only the ids are kept (e.g. handed to other code): the broker finds the requester.
+    await consumer.acknowledge(ids[2], reply=b"6")
+    await consumer.acknowledge(ids[1], reply="division by zero", is_error=True)
+    await consumer.acknowledge(ids[0], reply=b"2")
+    results = await asyncio.wait_for(asyncio.gather(*asked), WAIT)
+    assert [(r.value, r.is_error) for r in results] == [
+        (b"2", False), (b"division by zero", True), (b"6", False)]
+    await _nothing_left(mclient, topic, "calc")
+
+
+async def test_reply_by_message_id_on_a_partitioned_topic() -> None:
+    with EmbeddedBroker(default_partitions=3) as broker:
+        topic = _topic("rr-by-id-part")
+        async with Client(broker.service_url, operation_timeout=WAIT) as client:
+            consumer = await client.subscribe(topic, "calc", subscription_type="shared")
+            producer = await client.create_producer(topic)
+            asked = [producer.request_async(f"{i} + 0", timeout=WAIT) for i in range(6)]
+            for _ in asked:
+                msg = await consumer.receive(WAIT)
+                await consumer.acknowledge(msg.message_id, reply=b"=" + msg.value)
+            results = await asyncio.wait_for(asyncio.gather(*asked), WAIT)
+            assert [r.value for r in results] == [f"={i} + 0".encode() for i in range(6)]
+            assert {r.request_message_id.partition for r in results} == {0, 1, 2}
+
+
+def test_sync_reply_by_message_id(broker: EmbeddedBroker) -> None:
+    topic = _topic("rr-sync-by-id")
+    with SyncClient(broker.service_url, operation_timeout=WAIT) as client:
+        consumer = client.subscribe(topic, "calc", subscription_type="shared")
+        producer = client.create_producer(topic)
+        answered: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                msg = consumer.receive(WAIT)
+                consumer.acknowledge(msg.message_id, reply=b"by id")
+            except BaseException as exc:  # reported by the assertion below
+                answered.append(exc)
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        result = producer.request(b"q", timeout=WAIT)
+        thread.join(WAIT)
+        assert answered == [] and result.value == b"by id"
+
+
+async def test_an_oversized_reply_raises_and_the_request_comes_again(tmp_path: Path) -> None:
+    topic = _topic("rr-too-big")
+    limit = 64 * 1024
+    with EmbeddedBroker(data_dir=tmp_path / "data", max_message_size=limit) as broker:
+        async with Client(broker.service_url, operation_timeout=WAIT) as client:
+            consumer = await client.subscribe(topic, "calc", subscription_type="shared")
+            producer = await client.create_producer(topic)
+            waiting = producer.request_async(b"2 + 2", timeout=WAIT)
+            handler = consumer.requests()
+            req = await handler.__anext__()
+            with pytest.raises(MessageTooBig, match="exceeds the broker's limit"):
+                await req.reply(b"x" * (limit + 1))
+            with pytest.raises(MessageTooBig):
+                await consumer.acknowledge(req.message.message_id, reply=b"x" * (limit + 1))
+            await handler.aclose()
+            assert _replies_forwarded(broker) == 0  # nothing reached the broker
+            assert consumer.is_connected()
+            # Still unacknowledged: a new consumer of the subscription gets it again.
+            await consumer.close()
+            again = await client.subscribe(topic, "calc", subscription_type="shared")
+            msg = await again.receive(WAIT)
+            assert msg.value == b"2 + 2"
+            await again.acknowledge(msg, reply=b"4")
+            assert (await asyncio.wait_for(waiting, WAIT)).value == b"4"
+
+
+async def test_a_reply_the_broker_refuses_raises_its_error(mclient: Client) -> None:
+    topic = _topic("rr-refused")
+    consumer = await mclient.subscribe(topic, "calc", subscription_type="shared")
+    producer = await mclient.create_producer(topic)
+    await producer.send(b"plain")
+    msg = await consumer.receive(WAIT)
+    beyond = MessageId(msg.message_id.ledger_id, msg.message_id.entry_id + 1000)
+    with pytest.raises(NotAllowed, match="past the end"):
+        await consumer.acknowledge(beyond, reply=b"to a request nobody sent yet")
+    await consumer.acknowledge(msg)
 
 
 # ---------------------------------------------------------------- reconnects

@@ -45,10 +45,11 @@ class BatchAcker:
     def outstanding(self) -> int:
         return self._unacked.bit_count()
 
-    def ack_set(self) -> list[int]:
-        """The unacked messages as Pulsar's ``ack_set`` (int64 words, bit set = unacked)."""
+    def ack_set(self, without: int = -1) -> list[int]:
+        """The unacked messages as Pulsar's ``ack_set`` (int64 words, bit set = unacked);
+        ``without``: as if that message were acked too."""
         words = []
-        bits = self._unacked
+        bits = self._unacked if without < 0 else self._unacked & ~(1 << without)
         for _ in range((self.size + 63) // 64):
             word = bits & 0xFFFFFFFFFFFFFFFF
             words.append(word - (1 << 64) if word >= 1 << 63 else word)

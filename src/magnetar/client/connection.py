@@ -28,7 +28,12 @@ from magnetar.client.errors import (
 )
 from magnetar.protocol.client_codec import PING_FRAME, PONG_FRAME, ClientFrameDecoder
 from magnetar.protocol.errors import ProtocolError
-from magnetar.protocol.frames import DEFAULT_MAX_MESSAGE_SIZE, encode_command, max_frame_size
+from magnetar.protocol.frames import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    encode_command,
+    encode_command_with_body,
+    max_frame_size,
+)
 from magnetar.protocol.pb import BaseCommand, pb
 
 log = logging.getLogger("magnetar.client.connection")
@@ -251,8 +256,10 @@ class Connection(asyncio.Protocol):
         *,
         timeout: float | None = None,
         on_waiting: Callable[[BaseCommand], None] | None = None,
+        body: bytes | None = None,
     ) -> BaseCommand:
-        """Send a command and wait for the response with the same request id.
+        """Send a command (with ``body`` after it, if given) and wait for the response
+        with the same request id.
 
         An ERROR response raises the matching :class:`PulsarError`.  ``on_waiting``
         receives an intermediate PRODUCER_SUCCESS with ``producer_ready=false``;
@@ -264,7 +271,10 @@ class Connection(asyncio.Protocol):
         timeout = self.operation_timeout if timeout is None else timeout
         timer = self._loop.call_later(timeout, self._request_timed_out, request_id, cmd.type)
         self._pending[request_id] = _Pending(future, timer, on_waiting)
-        self.send_command(cmd)
+        if body is None:
+            self.send_command(cmd)
+        else:
+            self.write(encode_command_with_body(cmd, body))
         try:
             return await future
         finally:

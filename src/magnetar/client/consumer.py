@@ -339,7 +339,18 @@ class Consumer:
         is_error: bool = False,
     ) -> None:
         """Acknowledge one message. Grouped acks return once queued (see
-        :meth:`flush_acks`); a PIP-371 ``reply`` goes out at once with its ack."""
+        :meth:`flush_acks`).
+
+        PIP-371: with ``reply`` (``is_error`` for an error result) the ack goes out
+        at once carrying the reply for the message's producer, and this returns when
+        the broker accepted it.  Given a :class:`Message`, the ack names its producer;
+        given a :class:`MessageId`, the broker finds the requester from the stored
+        request.  A reply larger than the broker's ``max_message_size`` raises
+        :class:`~magnetar.client.errors.MessageTooBig` without sending anything, and
+        a reply the broker refuses raises the error for its code (e.g.
+        :class:`~magnetar.client.errors.NotAllowed`); the message then stays
+        unacknowledged, to be delivered again.
+        """
         if reply is None and type(message) is Message:
             sub = message._consumer  # the hot path: a message received here
             if sub is not None and sub._parent is self and not self._closed:
@@ -348,17 +359,11 @@ class Consumer:
         self._check_open()
         sub, message_id, acker = self._sub_for(message)
         if reply is not None:
-            if not isinstance(message, Message):
-                raise ValueError("a reply needs the Message (its producer is the requester)")
-            await self._reply(sub, message, reply, is_error)
+            body = reply.encode() if isinstance(reply, str) else bytes(reply)
+            requester = message.producer_name if isinstance(message, Message) else ""
+            await sub.reply(message_id, requester, acker, body, is_error)
             return
         sub.acknowledge(message_id, acker)
-
-    async def _reply(
-        self, sub: TopicConsumer, message: Message, reply: bytes | str, is_error: bool
-    ) -> None:
-        body = reply.encode() if isinstance(reply, str) else bytes(reply)
-        await sub.reply(message, body, is_error)
 
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge this message and every earlier one of its topic (or partition)."""

@@ -3,9 +3,11 @@
 A request is an ordinary message that carries its timeout in the property
 ``magnetar.request.timeout.ms``.  A consumer answers it by acknowledging it with
 a reply (``consumer.acknowledge(msg, reply=b"...")``): the ACK frame names the
-requester (``reply_to_client`` = the message's producer name) and carries the
-reply bytes after the command.  The broker forwards the reply to the requesting
-producer as REQUEST_RECEIPT; :class:`PendingRequests` matches it to the request.
+requester (``reply_to_client`` = the message's producer name, or empty when only
+the message id is at hand) and carries the reply bytes after the command, with a
+request id the broker answers with ACK_RESPONSE (an error for a refused reply).
+The broker forwards the reply to the requesting producer as REQUEST_RECEIPT;
+:class:`PendingRequests` matches it to the request.
 
 A receipt that carries ``request_sequence_id`` is matched by it: a request keeps
 its producer sequence id when it is sent again after a reconnect, while its
@@ -305,7 +307,10 @@ class Request:
         return deadline is not None and self._clock() * 1000 > deadline
 
     async def reply(self, value: bytes | str, *, is_error: bool = False) -> None:
-        """Acknowledge the request with ``value`` as its reply (sent at once)."""
+        """Acknowledge the request with ``value`` as its reply (sent at once); returns
+        when the broker accepted it.  Raises
+        :class:`~magnetar.client.errors.MessageTooBig` (nothing sent) or the error the
+        broker refused it with; the request then stays unacknowledged."""
         await self._consumer.acknowledge(self.message, reply=value, is_error=is_error)
 
     async def acknowledge(self) -> None:

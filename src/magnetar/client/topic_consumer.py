@@ -21,14 +21,20 @@ from magnetar.client.ack_timeout import AckTimeoutTracker
 from magnetar.client.acks import AckGroupingTracker, BatchAcker, Position
 from magnetar.client.backoff import Clock, RedeliveryBackoff
 from magnetar.client.connection import Connection
-from magnetar.client.errors import AlreadyClosed, PulsarError, TimeoutError
+from magnetar.client.errors import (
+    AlreadyClosed,
+    MessageTooBig,
+    PulsarError,
+    TimeoutError,
+    error_for_code,
+)
 from magnetar.client.handler import ConnectionHandler
 from magnetar.client.message import Message, payload_to_messages, received
 from magnetar.client.nack import NegativeAcksTracker
 from magnetar.client.schema import SchemaInfo
 from magnetar.protocol.client_codec import encode_flow, split_entry
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
-from magnetar.protocol.frames import encode_command, encode_command_with_body
+from magnetar.protocol.frames import encode_command
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
 
@@ -391,6 +397,10 @@ class TopicConsumer(ConnectionHandler):
                     del self._batch_ackers[position]
         if self._nacked:
             self._nacks.remove(position)
+        self._queue_ack(position)
+
+    def _queue_ack(self, position: Position) -> None:
+        """Queue the entry's ack; it leaves with the group (or at once, when due)."""
         if self._acks.add(position) or self.conf.ack_group_time <= 0:
             self._flush_acks()
         elif self._ack_timer is None:
@@ -420,46 +430,77 @@ class TopicConsumer(ConnectionHandler):
         elif self._ack_timer is None:
             self._ack_timer = self._loop.call_later(self.conf.ack_group_time, self._flush_acks)
 
-    async def reply(self, message: Message, body: bytes, is_error: bool) -> None:
-        """PIP-371: acknowledge ``message`` with a reply for its producer.
+    async def reply(
+        self,
+        message_id: MessageId,
+        requester: str,
+        acker: BatchAcker | None,
+        body: bytes,
+        is_error: bool,
+    ) -> None:
+        """PIP-371: acknowledge ``message_id`` with a reply for its producer.
 
-        The ACK leaves with this loop round's other writes (not grouped with other
-        acknowledgements, which may wait), so a handler answering a burst of
-        requests sends its replies in one write.
+        ``requester`` is the request's producer name, or ``""`` to have the broker
+        route the reply by the name stored with the request.  The ACK carries a
+        request id and leaves with this loop round's other writes (not grouped with
+        other acknowledgements, which may wait), so a handler answering a burst of
+        requests sends its replies in one write; this returns once the broker
+        accepted it (ACK_RESPONSE).
+
+        A reply larger than the broker's ``max_message_size`` raises
+        :class:`MessageTooBig` before anything is sent; a reply the broker refuses
+        raises the error for its code.  Either way the request stays unacknowledged
+        here and at the broker, so it is delivered again.
 
         The ACK names the request by its full id (with the batch index); for a
         batch that still has unacknowledged messages it carries their ``ack_set``
         so the broker keeps the entry.
         """
         conn = await self._wait_connection()
-        if not message.producer_name:
-            raise ValueError("the message has no producer name to reply to")
-        message_id = message.message_id
+        limit = conn.max_message_size
+        if len(body) > limit:
+            raise MessageTooBig(
+                f"reply of {len(body)} bytes exceeds the broker's limit of {limit} bytes "
+                f"(not sent; {message_id} stays unacknowledged)"
+            )
         position = (message_id.ledger_id, message_id.entry_id)
+        index = message_id.batch_index
+        if index >= 0 and acker is None:
+            acker = self._batch_ackers.get(position)
+        request_id = conn.new_request_id()
         cmd = BaseCommand(type=T.ACK)
         ack = cmd.ack
         ack.consumer_id = self.consumer_id
         ack.ack_type = pb.CommandAck.Individual
-        ack.reply_to_client = message.producer_name
+        ack.reply_to_client = requester
         if is_error:
             ack.reply_is_error = True
+        ack.request_id = request_id
         data = message_id.to_pb(ack.message_id.add())
         data.ClearField("partition")
+        whole_entry = True
+        if index >= 0 and acker is not None:
+            rest = acker.ack_set(without=index)
+            if any(rest):
+                data.ack_set.extend(rest)
+                whole_entry = False
+        response = (await conn.request(cmd, request_id, body=body)).ackResponse
+        if response.HasField("error"):
+            raise error_for_code(response.error, response.message)
+        # Accepted: the message is acknowledged (the rest of the bookkeeping of _ack).
         if self._unacked is not None:
             self._unacked.remove(message_id)
-        complete = True
-        if message_id.batch_index >= 0:
-            acker = message._acker or self._batch_ackers.get(position)
-            if acker is not None:
-                complete = acker.ack(message_id.batch_index)
-                if complete:
-                    if self._batch_ackers.get(position) is acker:
-                        del self._batch_ackers[position]
-                else:
-                    data.ack_set.extend(acker.ack_set())
-        if complete and self._nacked:
+        if index >= 0 and acker is not None:
+            if not acker.ack(index):
+                return  # the entry is acked when all of its messages are
+            if self._batch_ackers.get(position) is acker:
+                del self._batch_ackers[position]
+            if not whole_entry:
+                # The other messages were acked while the reply was on its way; their
+                # acks left the entry to this one, which named only its own message.
+                self._queue_ack(position)
+        if self._nacked:
             self._nacks.remove(position)
-        conn.write(encode_command_with_body(cmd, body))
 
     def _flush_acks(self) -> None:
         if self._ack_timer is not None:
