@@ -81,7 +81,10 @@ class ReplyRouter:
         if mid.ledgerId == topic.ledger_id and entry_id > topic.last_visible_entry_id:
             # No request has that id yet; held, it could answer one published later.
             raise ReplyRejected(f"reply to {mid.ledgerId}:{entry_id}, past the end of {topic.name}")
-        if mid.ledgerId != topic.ledger_id or entry_id < topic.ledger.first_entry_id:
+        if (
+            topic.exact_entry_id(mid.ledgerId, entry_id) is None
+            or entry_id < topic.ledger.first_entry_id
+        ):
             raise ReplyRejected(
                 f"reply to {mid.ledgerId}:{entry_id}, which is not a stored message of "
                 f"{topic.name}"

@@ -21,6 +21,7 @@ from magnetar.broker.topic_name import TopicName
 from magnetar.protocol.fastpath import MessageIdEncoder, encode_send_receipt
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
+from magnetar.storage.ledger_ids import LedgerIds
 
 if TYPE_CHECKING:
     from magnetar.broker.producer import Producer
@@ -57,12 +58,21 @@ class Topic:
         self.loop = loop
         self.clock_ms = clock_ms
         self.max_unacked = max_unacked
-        if not metadata.ledger_id:
-            metadata.ledger_id = max(1, clock_ms() // 1000)
-            metadata.save()
-        self.ledger_id = metadata.ledger_id
+        # Each open writes into a new ledger id, so that positions written again
+        # after a machine crash lost unsynced entries never repeat a message id.
+        self.ledgers = LedgerIds(list(metadata.ledgers))
+        if not self.ledgers.rows and metadata.ledger_id:
+            self.ledgers.rows = [(metadata.ledger_id, 0)]  # written before ledger tracking
+        self.ledger_id = self.ledgers.open_next(
+            ledger.next_entry_id, ledger.first_entry_id, clock_ms() // 1000
+        )
+        metadata.ledger_id = self.ledger_id
+        metadata.ledgers = list(self.ledgers.rows)
+        metadata.save()
+        self._current_first = self.ledgers.current_first
         self._mid_with_partition = MessageIdEncoder(self.ledger_id, self.partition_index)
         self._mid_for_receipts = MessageIdEncoder(self.ledger_id, -1)
+        self._older_encoders: dict[int, MessageIdEncoder] = {}
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.access = ProducerAccess(self)
@@ -111,18 +121,28 @@ class Topic:
 
     def message_id_bytes(self, entry_id: int, batch_index: int = -1) -> bytes:
         """Encoded id for MESSAGE frames; consumers read the partition from it."""
-        return self._mid_with_partition(entry_id, batch_index)
+        if entry_id >= self._current_first:
+            return self._mid_with_partition(entry_id, batch_index)
+        ledger_id = self.ledgers.ledger_of(entry_id)
+        encoder = self._older_encoders.get(ledger_id)
+        if encoder is None:
+            encoder = MessageIdEncoder(ledger_id, self.partition_index)
+            self._older_encoders[ledger_id] = encoder
+        return encoder(entry_id, batch_index)
 
     def message_id(self, entry_id: int, batch_index: int = -1) -> MessageId:
-        return MessageId(self.ledger_id, entry_id, batch_index, self.partition_index)
+        ledger_id = self.ledgers.ledger_of(entry_id) if entry_id >= 0 else self.ledger_id
+        return MessageId(ledger_id, entry_id, batch_index, self.partition_index)
 
     def entry_id_of(self, ledger_id: int, entry_id: int) -> int:
-        """Map a client's (ledger, entry) to our entry id; ids of other ledgers clamp."""
-        if ledger_id < self.ledger_id:
-            return -1
-        if ledger_id > self.ledger_id:
-            return self.ledger.next_entry_id
-        return entry_id
+        """Map a client's (ledger, entry) to a position, clamped to that ledger's range
+        (see LedgerIds.position): for seeks, start ids and cumulative acks."""
+        return self.ledgers.position(ledger_id, entry_id, self.ledger.next_entry_id)
+
+    def exact_entry_id(self, ledger_id: int, entry_id: int) -> int | None:
+        """The position a client's (ledger, entry) names, or None if no stored entry
+        carries that id (an entry lost in a crash, or one of a later ledger)."""
+        return self.ledgers.exact(ledger_id, entry_id)
 
     def entry_info(self, entry_id: int) -> EntryInfo:
         info = self._info.get(entry_id)
@@ -244,7 +264,7 @@ class Topic:
             return MessageId(self.ledger_id if last >= 0 else -1, last, -1, self.partition_index)
         info = self.entry_info(last)
         batch_index = info.num_messages - 1 if info.num_messages > 1 else -1
-        return MessageId(self.ledger_id, last, batch_index, self.partition_index)
+        return self.message_id(last, batch_index)
 
     def find_by_publish_time(self, publish_time_ms: int) -> int:
         """First entry whose publish time is >= the given time (binary search)."""

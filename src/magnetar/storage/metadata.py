@@ -49,7 +49,10 @@ class SchemaEntry:
 @dataclass
 class TopicMetadata:
     path: Path
-    ledger_id: int = 0  # chosen by the broker when the topic is created
+    ledger_id: int = 0  # the current ledger: a new one on each open of the topic
+    # (ledger id, first entry position) of every ledger that still holds entries
+    # (storage/ledger_ids.py); empty in files written before ledgers were tracked.
+    ledgers: list[tuple[int, int]] = field(default_factory=list)
     topic_epoch: int = 0  # PIP-68: bumped when an exclusive producer fences the others
     properties: dict[str, str] = field(default_factory=dict)
     schemas: list[SchemaEntry] = field(default_factory=list)
@@ -67,6 +70,7 @@ class TopicMetadata:
             return cls(
                 path=path,
                 ledger_id=int(doc.get("ledger_id", 0)),
+                ledgers=[(int(lid), int(first)) for lid, first in doc.get("ledgers", [])],
                 topic_epoch=int(doc.get("topic_epoch", 0)),
                 properties={str(k): str(v) for k, v in doc.get("properties", {}).items()},
                 schemas=[SchemaEntry.from_json(entry) for entry in doc.get("schemas", [])],
@@ -81,6 +85,7 @@ class TopicMetadata:
         return {
             "version": FORMAT_VERSION,
             "ledger_id": self.ledger_id,
+            "ledgers": [list(row) for row in self.ledgers],
             "topic_epoch": self.topic_epoch,
             "properties": self.properties,
             "schemas": [entry.to_json() for entry in self.schemas],

@@ -63,7 +63,9 @@ def _entries_to_ack(sub: Subscription, ack: pb.CommandAck) -> list[int]:
             raise AckRefused("a cumulative ack names exactly one message id")
         mid = ack.message_id[0]
         entry_id = topic.entry_id_of(mid.ledgerId, mid.entryId)
-        if partial_batch(mid):
+        if partial_batch(mid) or topic.exact_entry_id(mid.ledgerId, mid.entryId) is None:
+            # Up to the entry before: a partly acked batch, or an id no stored entry
+            # carries (past its ledger's end, the position after that ledger's last).
             entry_id -= 1
         if entry_id > topic.last_visible_entry_id:
             # Acking what does not exist yet would swallow it when it comes.
@@ -71,10 +73,11 @@ def _entries_to_ack(sub: Subscription, ack: pb.CommandAck) -> list[int]:
         return [entry_id]
     last = topic.last_visible_entry_id
     return [
-        entry_id
+        position
         for mid in ack.message_id
         if not partial_batch(mid)
-        and (entry_id := topic.entry_id_of(mid.ledgerId, mid.entryId)) <= last
+        and (position := topic.exact_entry_id(mid.ledgerId, mid.entryId)) is not None
+        and position <= last
     ]
 
 

@@ -120,7 +120,11 @@ def handle_redeliver(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
         sub.redeliver(consumer, None)
         return
     topic = sub.topic
-    ids = [topic.entry_id_of(m.ledgerId, m.entryId) for m in request.message_ids]
+    ids = [
+        entry_id
+        for m in request.message_ids
+        if (entry_id := topic.exact_entry_id(m.ledgerId, m.entryId)) is not None
+    ]
     if sub.is_single_active():
         sub.rewind(consumer, ids)  # order is total: everything pending goes again
     else:
