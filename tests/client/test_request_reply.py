@@ -72,6 +72,43 @@ async def test_error_reply_and_request_properties(mclient: Client, topic: str) -
     assert result.is_error and result.value == b"invalid"
 
 
+async def test_a_request_takes_the_fields_of_a_send(mclient: Client, topic: str) -> None:
+    consumer = await mclient.subscribe(topic, "server", subscription_type="shared")
+    producer = await mclient.create_producer(topic)
+    replied: list[asyncio.Future[ReplyResult]] = []
+    pending = producer.request_async(
+        b"q", timeout=10, key="k", ordering_key="ok", properties={"op": "x"},
+        event_time=1_700_000_000_000, callback=replied.append,
+    )
+    msg = await consumer.receive(5)
+    assert (msg.key, msg.ordering_key, msg.event_time) == ("k", b"ok", 1_700_000_000_000)
+    assert msg.properties == {"op": "x", REQUEST_TIMEOUT_PROPERTY: "10000"}
+    await consumer.acknowledge(msg, reply=b"a")
+    assert (await pending).value == b"a"
+    await asyncio.sleep(0)
+    assert replied == [pending]  # the callback ran with the future
+    # Delayed requests (delayed delivery: shared subscriptions) come after a plain
+    # message sent after them.
+    delayed = producer.request_async(b"later", timeout=10, deliver_after=1.0)
+    at = producer.request_async(b"at", timeout=10, deliver_at=int((time.time() + 1.5) * 1000))
+    await producer.send(b"plain")
+    assert (await consumer.receive(5)).value == b"plain"
+    for _ in range(2):
+        msg = await consumer.receive(5)
+        await consumer.acknowledge(msg, reply=b"re:" + msg.value)
+    assert [(await delayed).value, (await at).value] == [b"re:later", b"re:at"]
+
+
+async def test_a_request_delivered_after_its_timeout_is_refused(mclient: Client,
+                                                                topic: str) -> None:
+    producer = await mclient.create_producer(topic)
+    with pytest.raises(ValueError, match="cannot be answered in time"):
+        producer.request_async(b"q", timeout=1.0, deliver_after=1.0)
+    with pytest.raises(ValueError, match="cannot be answered in time"):
+        await producer.request(b"q", timeout=1.0, deliver_at=int((time.time() + 5) * 1000))
+    assert producer._partitions[0].pending_count == 0  # nothing was sent
+
+
 async def test_request_timeout_and_late_reply_is_ignored(mclient: Client, topic: str) -> None:
     consumer = await mclient.subscribe(topic, "slow", subscription_type="shared")
     producer = await mclient.create_producer(topic)

@@ -8,6 +8,7 @@ import pytest
 
 from magnetar.client import EARLIEST, MessageId, TimeoutError
 from magnetar.client.message import Message
+from magnetar.client.request_reply import ReplyResult
 from magnetar.client.sync import Client, Consumer
 from magnetar.testing import EmbeddedBroker
 
@@ -49,6 +50,40 @@ def test_sync_send_async_callback_and_flush(broker: EmbeddedBroker, topic: str) 
         assert done.wait(5)
         assert all(error is None for error, _ in results)
         assert [f.result().batch_index for f in futures] == list(range(10))
+
+
+def test_sync_request_fields_and_request_async_callback(broker: EmbeddedBroker,
+                                                        topic: str) -> None:
+    with Client(broker.service_url) as client:
+        consumer = client.subscribe(topic, "s", subscription_type="shared")
+        producer = client.create_producer(topic)
+        results: list[tuple[BaseException | None, ReplyResult | None]] = []
+        done = threading.Event()
+
+        def callback(error: BaseException | None, reply: ReplyResult | None) -> None:
+            results.append((error, reply))
+            done.set()
+
+        future = producer.request_async(b"q", callback, timeout=5, key="k",
+                                        ordering_key=b"o", properties={"p": "v"},
+                                        event_time=123)
+        msg = consumer.receive(5)
+        assert (msg.key, msg.ordering_key, msg.event_time, msg.properties["p"]) == (
+            "k", b"o", 123, "v")
+        consumer.acknowledge(msg.message_id, reply=b"answer")
+        assert done.wait(5)
+        assert results == [(None, future.result())]
+        assert future.result().value == b"answer"
+
+        asked: list[ReplyResult] = []
+        thread = threading.Thread(
+            target=lambda: asked.append(producer.request(b"r", timeout=5, key="k2")))
+        thread.start()
+        msg = consumer.receive(5)
+        assert msg.key == "k2"
+        consumer.acknowledge(msg, reply=b"second")
+        thread.join(5)
+        assert [r.value for r in asked] == [b"second"]
 
 
 def test_sync_listener_may_block_on_the_client(broker: EmbeddedBroker, topic: str) -> None:

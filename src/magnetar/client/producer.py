@@ -144,21 +144,42 @@ class Producer:
         *,
         timeout: float = 30.0,
         key: str | None = None,
+        ordering_key: bytes | str | None = None,
         properties: Mapping[str, str] | None = None,
+        event_time: int | None = None,
+        deliver_after: float | None = None,
+        deliver_at: int | None = None,
+        callback: Callable[[asyncio.Future[ReplyResult]], None] | None = None,
     ) -> asyncio.Future[ReplyResult]:
         """PIP-371: send a request; the future completes with the consumer's reply.
 
+        The message fields are those of :meth:`send_async`, but for ``sequence_id``:
+        the producer numbers requests itself, as replies are matched by that number.
         The request carries its timeout (``magnetar.request.timeout.ms``) so the
         consumer can skip stale work; after ``timeout`` seconds the future fails
         with :class:`~magnetar.client.errors.RequestTimeout` and a late reply is
-        ignored.
+        ignored.  A delayed request (``deliver_after`` seconds, ``deliver_at`` ms
+        since the epoch) must be delivered before its timeout runs out, or it could
+        never be answered: that is a ``ValueError``.  ``callback`` is added to the
+        returned future.
         """
         if timeout <= 0:
             raise ValueError("a request needs a positive timeout")
+        if (deliver_after is not None and deliver_after >= timeout) or (
+            deliver_at is not None and deliver_at >= (time.time() + timeout) * 1000
+        ):
+            raise ValueError(
+                f"a request delivered after its timeout of {timeout}s cannot be answered in "
+                "time: deliver it sooner or give it a longer timeout"
+            )
         props = dict(properties or {})
         props[REQUEST_TIMEOUT_PROPERTY] = str(int(timeout * 1000))
-        msg = OutgoingMessage(to_bytes(value), key, None, props)
-        return self._pick(key).request_async(msg, timeout)
+        msg = self._message(value, key, ordering_key, props, event_time, None,
+                            deliver_after, deliver_at)
+        future = self._pick(key).request_async(msg, timeout)
+        if callback is not None:
+            future.add_done_callback(callback)
+        return future
 
     async def request(
         self,
@@ -166,10 +187,17 @@ class Producer:
         *,
         timeout: float = 30.0,
         key: str | None = None,
+        ordering_key: bytes | str | None = None,
         properties: Mapping[str, str] | None = None,
+        event_time: int | None = None,
+        deliver_after: float | None = None,
+        deliver_at: int | None = None,
     ) -> ReplyResult:
         """PIP-371: send a request and wait for its reply (see :meth:`request_async`)."""
-        return await self.request_async(value, timeout=timeout, key=key, properties=properties)
+        return await self.request_async(
+            value, timeout=timeout, key=key, ordering_key=ordering_key, properties=properties,
+            event_time=event_time, deliver_after=deliver_after, deliver_at=deliver_at,
+        )
 
     async def flush(self) -> None:
         await asyncio.gather(*(p.flush() for p in self._partitions))

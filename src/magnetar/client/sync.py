@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from magnetar.client import client as _aclient
@@ -32,6 +32,7 @@ from magnetar.protocol.message_id import MessageId
 
 R = TypeVar("R")
 SendCallback = Callable[[BaseException | None, MessageId | None], None]
+RequestCallback = Callable[[BaseException | None, ReplyResult | None], None]
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -147,17 +148,36 @@ class Producer:
         return future
 
     def request(
+        self, value: _aproducer.Value, *, timeout: float = 30.0, **options: Any
+    ) -> ReplyResult:
+        """PIP-371: send a request and wait for its reply; options (key, ordering_key,
+        properties, event_time, deliver_after, deliver_at) as for the asyncio
+        ``request``."""
+        return self._runner.run(self._producer.request(value, timeout=timeout, **options))
+
+    def request_async(
         self,
         value: _aproducer.Value,
+        callback: RequestCallback | None = None,
         *,
         timeout: float = 30.0,
-        key: str | None = None,
-        properties: Mapping[str, str] | None = None,
-    ) -> ReplyResult:
-        """PIP-371: send a request and wait for its reply."""
-        return self._runner.run(
-            self._producer.request(value, timeout=timeout, key=key, properties=properties)
-        )
+        **options: Any,
+    ) -> concurrent.futures.Future[ReplyResult]:
+        """PIP-371: send a request; ``callback(error, reply)`` runs when the reply (or
+        the failure) comes (on the client's thread: keep it short, do not block)."""
+        future = self._runner.submit(self._producer.request(value, timeout=timeout, **options))
+        if callback is not None:
+
+            def done(f: concurrent.futures.Future[ReplyResult]) -> None:
+                if f.cancelled():
+                    callback(AlreadyClosed("request cancelled"), None)
+                elif f.exception() is not None:
+                    callback(f.exception(), None)
+                else:
+                    callback(None, f.result())
+
+            future.add_done_callback(done)
+        return future
 
     def flush(self) -> None:
         self._runner.run(self._producer.flush())
