@@ -1,4 +1,9 @@
-"""Opening a ledger after a crash: torn tails are cut, real damage is refused."""
+"""Opening a ledger after a crash: torn tails are cut, real damage is refused.
+
+What is a torn tail and what is damage depends on the synced-offset record (how far
+the last segment is known durable) and on the index files of sealed segments; the
+tests for those, and for the explicit repair, are in test_corruption.py.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,20 @@ async def write_entries(make_ledger: LedgerFactory, count: int, **config: object
     for entry_id in range(count):
         ledger.append(payload(entry_id))
     await ledger.close()
+
+
+async def write_entries_record_lagging(make_ledger: LedgerFactory, tmp_path: Path,
+                                       count: int, synced: int, **config: object) -> None:
+    """``count`` entries whose synced-offset record only covers the first ``synced``:
+    what a crash leaves when the last entries were written but not (known) synced."""
+    await write_entries(make_ledger, synced, **config)
+    record = tmp_path / "ledger" / "ledger" / "synced"
+    lagging = record.read_bytes()
+    ledger = make_ledger(**config)
+    for entry_id in range(synced, count):
+        ledger.append(payload(entry_id))
+    await ledger.close()
+    record.write_bytes(lagging)
 
 
 def cut(nbytes: int) -> Callable[[Path], None]:
@@ -80,12 +99,17 @@ async def test_reserved_space_left_by_a_crash_is_released_quietly(
     await recovered.close()
 
 
+@pytest.mark.parametrize("record", ["lagging", "absent"])
 @pytest.mark.parametrize("case", list(CASES))
 async def test_torn_tail_of_the_last_segment_is_truncated(
         make_ledger: LedgerFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-        case: str) -> None:
+        case: str, record: str) -> None:
+    """Damage beyond the synced offset (the record covers entries 0..8 only), or in
+    a ledger without a synced-offset record (as written before it existed)."""
     damage, survivors = CASES[case]
-    await write_entries(make_ledger, 10)
+    await write_entries_record_lagging(make_ledger, tmp_path, 10, synced=9)
+    if record == "absent":
+        (tmp_path / "ledger" / "ledger" / "synced").unlink()
     [segment] = segment_files(tmp_path / "ledger")
     good_size = sum(HEADER_SIZE + len(payload(i)) for i in range(survivors))
     damage(segment)
@@ -108,7 +132,8 @@ async def test_torn_tail_of_the_last_segment_is_truncated(
 
 async def test_torn_tail_with_several_segments(make_ledger: LedgerFactory,
                                                tmp_path: Path) -> None:
-    await write_entries(make_ledger, 50, segment_max_bytes=200)
+    await write_entries_record_lagging(make_ledger, tmp_path, 50, synced=48,
+                                       segment_max_bytes=200)
     files = segment_files(tmp_path / "ledger")
     assert len(files) > 3
     cut(2)(files[-1])
@@ -117,9 +142,12 @@ async def test_torn_tail_with_several_segments(make_ledger: LedgerFactory,
     assert ledger.read_range(0, 100, max_bytes=1 << 20) == [payload(i) for i in range(49)]
 
 
-async def test_corruption_in_an_earlier_segment_is_refused(
+async def test_corruption_in_an_earlier_segment_without_an_index_is_refused(
         make_ledger: LedgerFactory, tmp_path: Path) -> None:
+    """A sealed segment without an index (written before indexes existed) is scanned."""
     await write_entries(make_ledger, 50, segment_max_bytes=200)
+    for index in (tmp_path / "ledger" / "ledger").glob("*.idx"):
+        index.unlink()
     files = segment_files(tmp_path / "ledger")
     victim = files[1]
     raw = bytearray(victim.read_bytes())

@@ -11,10 +11,13 @@ broker stores them exactly as they came off the wire).
 - ``TopicMetadata`` (metadata.py): ledger id, topic epoch, properties, schemas.
 - ``Store`` (store.py): where everything lives under the data directory, and the
   partitioned-topic registry.
+- ``truncate_at_corruption`` (repair.py): the operator's explicit cut of a ledger
+  that refused to load with ``CorruptLedger``.
 """
 
 from magnetar.storage.cursor import ManagedCursor
 from magnetar.storage.errors import (
+    CorruptLedger,
     EntryNotFound,
     LedgerClosed,
     LedgerFailed,
@@ -23,9 +26,11 @@ from magnetar.storage.errors import (
 )
 from magnetar.storage.ledger import LedgerConfig, LedgerStats, ManagedLedger
 from magnetar.storage.metadata import SchemaEntry, TopicMetadata
+from magnetar.storage.repair import Truncation, truncate_at_corruption
 from magnetar.storage.store import Store
 
 __all__ = [
+    "CorruptLedger",
     "EntryNotFound",
     "LedgerClosed",
     "LedgerConfig",
@@ -38,4 +43,6 @@ __all__ = [
     "StorageError",
     "Store",
     "TopicMetadata",
+    "Truncation",
+    "truncate_at_corruption",
 ]

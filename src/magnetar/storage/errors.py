@@ -6,6 +6,8 @@ was trimmed or is not readable yet); every other failure derives from ``StorageE
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class StorageError(Exception):
     """Base class for storage failures other than a missing entry."""
@@ -29,3 +31,18 @@ class LedgerFailed(StorageError):
     After a failed fsync the kernel may have dropped dirty pages, so nothing written
     since the last good sync can be trusted: the only safe answer is to stop.
     """
+
+
+class CorruptLedger(StorageCorruption):
+    """A record of a ledger is bad where it cannot be a torn write: below the offset
+    known to be synced, in a sealed segment, or found bad when read.
+
+    The ledger refuses to load rather than cut everything after the record;
+    ``magnetar.storage.truncate_at_corruption(directory)`` cuts it explicitly.
+    """
+
+    def __init__(self, path: Path, offset: int, reason: str, detail: str = "") -> None:
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        super().__init__(f"{path}: {reason} at offset {offset}{detail}")

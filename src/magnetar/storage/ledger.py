@@ -7,7 +7,9 @@ A facade over three parts, each in its own module:
 - ``segment_set.py``: the segment files, finding an entry's segment, reads, trim;
 - ``cursor_store.py``: opening, deleting, listing and flushing the cursors.
 
-``recovery.py`` decides what of the files survives a crash when the ledger opens;
+``recovery.py`` decides what of the files survives a crash when the ledger opens,
+with the help of the sealed segments' index files (``segment_index.py``) and the
+synced-offset record (``synced_offset.py``); ``repair.py`` cuts a ledger it refused.
 ``ledger_config.py`` holds ``LedgerConfig`` and ``LedgerStats``.
 """
 
@@ -202,9 +204,10 @@ class ManagedLedger:
         Entries are readable once written to the OS (``last_written_entry_id``),
         which may be before they are durable (``last_confirmed_entry_id``); callers
         that must only see durable entries stop at the latter. Raises EntryNotFound
-        if the entry was trimmed or is not written yet. Records written by this
-        process are not CRC-checked on read: every record was checked when the
-        ledger was opened or was written by this process.
+        if the entry was trimmed or is not written yet. Records of a sealed segment
+        that was trusted through its index at load are CRC-checked here (CorruptLedger
+        if bad); every other record was checked when the ledger was opened or was
+        written by this process.
         """
         self._check_readable()
         if entry_id >= self._pipeline.write_next:
@@ -292,6 +295,12 @@ class ManagedLedger:
         finally:
             await pipeline.stop()
             self._release()
+
+    def abort(self) -> None:
+        """Close the files and drop the lock at once, flushing nothing (a topic whose
+        load failed after its ledger opened)."""
+        self._pipeline.abort()
+        self._release()
 
     def delete(self) -> None:
         """Close the files and remove the whole directory; unwritten entries are dropped."""

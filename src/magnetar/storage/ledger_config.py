@@ -35,6 +35,12 @@ class LedgerConfig:
     # double from 64 KiB up to this, so an fdatasync never has a file size to commit
     # as well. 0 disables.
     reserve_max_bytes: int = 4 * 1024 * 1024
+    # After a segment fdatasync, record how far the segment is synced (the file
+    # ``synced``, with an fdatasync of its own on a worker, off the commit path) at
+    # most this often, and on close.  Recovery refuses a bad record below the
+    # recorded offset instead of cutting it as a torn tail; the record lags by up to
+    # this much.  0: after every sync that is not already being recorded.
+    synced_record_interval: float = 1.0
 
     def __post_init__(self) -> None:
         if self.sync_policy not in SYNC_POLICIES:
@@ -49,6 +55,8 @@ class LedgerConfig:
             raise ValueError("sync_interval must be positive")
         if self.reserve_max_bytes < 0:
             raise ValueError("reserve_max_bytes must not be negative")
+        if not self.synced_record_interval >= 0:
+            raise ValueError("synced_record_interval must not be negative")
 
 
 @dataclass

@@ -4,6 +4,10 @@ A segment holds consecutive entries starting at ``first_entry_id`` (which is als
 file name, zero-padded so names sort by id).  The index is an ``array('Q')`` of record
 offsets; the end of a record is the start of the next one (or the file's size), so
 reads know every length without touching the header again.
+
+A segment whose records were all CRC-checked (scanned at load, or written by this
+process) is ``verified`` and its reads skip the header; a sealed segment trusted
+through its index at load is not, and each record is checked when it is read.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ import os
 from array import array
 from pathlib import Path
 
-from magnetar.storage.errors import StorageCorruption
-from magnetar.storage.record import HEADER_SIZE, ScanResult, scan_records
+from magnetar.storage.errors import CorruptLedger, StorageCorruption
+from magnetar.storage.record import HEADER, HEADER_SIZE, ScanResult, crc32c, scan_records
 
 SUFFIX = ".seg"
 
@@ -45,11 +49,13 @@ def scan_file(path: Path) -> ScanResult:
 class Segment:
     """A segment file open for reading (and for appending while it is the active one)."""
 
-    __slots__ = ("allocated", "fd", "first_entry_id", "offsets", "path", "size")
+    __slots__ = ("allocated", "fd", "first_entry_id", "offsets", "path", "size", "verified")
 
     def __init__(self, path: Path, first_entry_id: int, fd: int,
-                 offsets: array[int] | None = None, size: int = 0) -> None:
+                 offsets: array[int] | None = None, size: int = 0,
+                 verified: bool = True) -> None:
         self.path = path
+        self.verified = verified  # False: check each record's CRC when it is read
         self.first_entry_id = first_entry_id
         self.fd = fd
         self.offsets: array[int] = offsets if offsets is not None else array("Q")
@@ -77,11 +83,32 @@ class Segment:
 
     def read(self, index: int) -> bytes:
         """The data of the ``index``-th record (relative to the segment)."""
+        if not self.verified:
+            return self._read_checked(index)
         start = self.offsets[index] + HEADER_SIZE
         length = self._record_end(index) - start
         data = os.pread(self.fd, length, start)
         if len(data) != length:
             raise StorageCorruption(f"{self.path}: short read at offset {start}")
+        return data
+
+    def _read_checked(self, index: int) -> bytes:
+        start = self.offsets[index]
+        length = self._record_end(index) - start
+        raw = os.pread(self.fd, length, start)
+        if len(raw) != length:
+            raise StorageCorruption(f"{self.path}: short read at offset {start}")
+        return self._check(raw, 0, length, start)
+
+    def _check(self, blob: bytes, begin: int, end: int, offset: int) -> bytes:
+        """The data of the record ``blob[begin:end]`` (at ``offset`` in the file),
+        after checking its header and CRC."""
+        length, crc = HEADER.unpack_from(blob, begin)
+        data = blob[begin + HEADER_SIZE : end]
+        if length != len(data):
+            raise CorruptLedger(self.path, offset, "record length does not match the index")
+        if crc32c(data) != crc:
+            raise CorruptLedger(self.path, offset, "CRC mismatch")
         return data
 
     def read_run(self, first: int, last: int, max_bytes: int, at_least_one: bool) -> list[bytes]:
@@ -109,6 +136,11 @@ class Segment:
         if len(blob) != span:
             raise StorageCorruption(f"{self.path}: short read at offset {base}")
         out = []
+        if not self.verified:
+            for index in range(first, stop):
+                out.append(self._check(blob, offsets[index] - base,
+                                       self._record_end(index) - base, offsets[index]))
+            return out
         for index in range(first, stop):
             out.append(blob[offsets[index] - base + HEADER_SIZE : self._record_end(index) - base])
         return out

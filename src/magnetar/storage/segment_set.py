@@ -9,12 +9,14 @@ pass the highest id they may read.
 
 from __future__ import annotations
 
+import contextlib
 from bisect import bisect_right
 
 from magnetar.storage.cache import EntryCache
 from magnetar.storage.errors import EntryNotFound
 from magnetar.storage.ledger_config import LedgerStats
 from magnetar.storage.segment import Segment
+from magnetar.storage.segment_index import index_path
 
 DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024
 
@@ -104,6 +106,8 @@ class SegmentSet:
             removed += segment.count
             self.size_bytes -= segment.size
             segment.close()
+            with contextlib.suppress(FileNotFoundError):
+                index_path(segment.path).unlink()  # first: a segment without one is scanned
             segment.path.unlink()
         if removed:
             self._cache.drop_before(self.first_entry_id)

@@ -24,6 +24,7 @@ from magnetar.storage.errors import StorageCorruption
 from magnetar.storage.fsutil import atomic_write, fsync_dir
 from magnetar.storage.ledger import LedgerConfig, ManagedLedger
 from magnetar.storage.metadata import TopicMetadata
+from magnetar.storage.repair import Truncation, truncate_at_corruption
 from magnetar.storage.sync_load import SyncLoad
 
 DOMAINS = ("persistent", "non-persistent")
@@ -92,6 +93,12 @@ class Store:
         return ManagedLedger.open(
             self.topic_dir(topic), self.config, executor=self._executor, sync_load=self._sync_load
         )
+
+    def truncate_at_corruption(self, topic: str, *,
+                               dry_run: bool = False) -> Truncation | None:
+        """Cut the topic's ledger before its first bad record (see ``repair.py``);
+        the topic must not be loaded."""
+        return truncate_at_corruption(self.topic_dir(topic), dry_run=dry_run)
 
     def topic_metadata(self, topic: str) -> TopicMetadata:
         return TopicMetadata.load(self.topic_dir(topic) / METADATA_FILE)

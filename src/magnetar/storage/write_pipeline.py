@@ -19,10 +19,15 @@ This is the broker's publish hot path:
   fdatasync every ``sync_interval`` seconds while there is unsynced data.
 
 Rolling to a new segment is a worker job as well: cut the full segment's reserve,
-fdatasync it, create its successor, fsync the directory.  Because a successor only
+fdatasync it, write its index, create its successor, fsync the directory.  Because a successor only
 exists once its predecessor is durable, recovery may treat damage anywhere but in the
 last segment as corruption.  At most one job (sync or roll) runs at a time for a
 ledger.
+
+After a sync (and its callbacks) the pipeline records how far the active segment is
+durable (the synced-offset record, ``synced_offset.py``) at most every
+``synced_record_interval`` seconds, in a job of its own that never delays a commit,
+and on close.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from magnetar.storage.segment import Segment, segment_path
 from magnetar.storage.segment_set import SegmentSet
 from magnetar.storage.sync_jobs import SyncJobs
 from magnetar.storage.sync_load import SyncLoad
+from magnetar.storage.synced_offset import SyncedOffsetRecorder
 
 logger = logging.getLogger("magnetar.storage")
 
@@ -100,6 +106,9 @@ class WritePipeline:
         self._job: asyncio.Future[Any] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._interval_due = False
+        self._recorder = SyncedOffsetRecorder(
+            directory, self._ledger_dir, config.synced_record_interval, executor
+        )
 
     # ---------------------------------------------------------------- appending
 
@@ -272,7 +281,7 @@ class WritePipeline:
             old = self._segments.active
             path = segment_path(self._ledger_dir, old.end_entry_id)
             job = self._loop.run_in_executor(
-                self._executor, self._jobs.roll, old.fd, old.size, path
+                self._executor, self._jobs.roll, old, path
             )
             job.add_done_callback(functools.partial(self._on_roll_done, written, path))
         elif written > self.synced_id and (self._always or self._interval_due or self._waiters):
@@ -286,25 +295,28 @@ class WritePipeline:
             ):
                 self._sync_inline(written)
                 return
-            job = self._loop.run_in_executor(
-                self._executor, self._jobs.sync, self._segments.active.fd
-            )
-            job.add_done_callback(functools.partial(self._on_sync_done, written))
+            active = self._segments.active
+            job = self._loop.run_in_executor(self._executor, self._jobs.sync, active.fd)
+            job.add_done_callback(functools.partial(
+                self._on_sync_done, written, (active.first_entry_id, active.size)))
         else:
             return
         self._job = job
 
     def _sync_inline(self, target: int) -> None:
+        active = self._segments.active
         started = time.perf_counter()
         try:
-            self._jobs.fdatasync(self._segments.active.fd)
+            self._jobs.fdatasync(active.fd)
         except OSError as exc:
             self._fail(exc)
             return
         self._sync_load.observe(time.perf_counter() - started)
         self.stats.syncs += 1
         self.stats.inline_syncs += 1
+        position = (active.first_entry_id, active.size)
         self._synced(target)
+        self._recorder.synced(*position)
 
     def _job_outcome(self, job: asyncio.Future[Any]) -> BaseException | None:
         """Common start of the job callbacks; returns the job's exception, if any."""
@@ -313,7 +325,8 @@ class WritePipeline:
             return LedgerClosed("sync cancelled")
         return job.exception()
 
-    def _on_sync_done(self, target: int, job: asyncio.Future[Any]) -> None:
+    def _on_sync_done(self, target: int, position: tuple[int, int],
+                      job: asyncio.Future[Any]) -> None:
         exc = self._job_outcome(job)
         if self.state is State.CLOSED or self.state is State.FAILED:
             return
@@ -323,6 +336,7 @@ class WritePipeline:
         self._sync_load.observe(job.result())
         self.stats.syncs += 1
         self._synced(target)
+        self._recorder.synced(*position)
 
     def _on_roll_done(self, target: int, path: Path, job: asyncio.Future[Any]) -> None:
         exc = self._job_outcome(job)
@@ -388,12 +402,15 @@ class WritePipeline:
             self._timer = None
 
     async def stop(self) -> None:
-        """End of close(): stop the timer, wait for the running job, become CLOSED and
-        give back the active segment's unused reserve."""
+        """End of close(): stop the timers, wait for the running jobs, become CLOSED,
+        bring the synced-offset record up to date and give back the active segment's
+        unused reserve."""
         self._cancel_timer()
         while self._job is not None:
             await asyncio.wait([self._job])
+        failed = self.state is State.FAILED
         self.state = State.CLOSED
+        await self._recorder.stop(write=not failed)
         active = self._segments.active
         if active.allocated > active.size and active.fd >= 0:
             with contextlib.suppress(OSError):  # tidiness only: recovery copes
@@ -405,8 +422,10 @@ class WritePipeline:
         self._pending = []
         self._callbacks.clear()
         self._cancel_timer()
+        self._recorder.stop_soon()
         self._fail_waiters()
 
     def close_files(self) -> None:
         """Close the segment files, once a running fdatasync (it holds the lock) is done."""
         self._jobs.close_files(self._segments.close_all)
+        self._recorder.close()  # waits for a running record write
