@@ -156,6 +156,13 @@ class BrokerConfig:
             "reconnects elsewhere; silent, it is dropped and the newcomer takes over"
         ),
     )
+    topic_idle_unload_seconds: float = field(
+        default=300.0,
+        metadata=_help(
+            "a topic with no producers or consumers for this long is unloaded (its files "
+            "closed, its state dropped) and loaded again on next use; 0: never"
+        ),
+    )
     cursor_flush_interval: float = field(
         default=1.0, metadata=_help("seconds between writes of subscription positions")
     )
@@ -232,6 +239,7 @@ class BrokerConfig:
             "rpc_reply_hold_seconds",
             "rpc_max_held_replies",
             "rpc_max_held_bytes",
+            "topic_idle_unload_seconds",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(name, getattr(self, name), "must be >= 0")

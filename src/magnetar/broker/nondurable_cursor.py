@@ -32,5 +32,8 @@ class NonDurableCursor:
         self.mark_delete = mark_delete
         self._acked.clear()
 
+    def flush(self) -> None:
+        """Nothing to persist: a non-durable cursor lives as long as its reader."""
+
     def acked_count_above_mark_delete(self) -> int:
         return len(self._acked)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import logging
 import shutil
@@ -15,7 +16,7 @@ from magnetar.broker.connection import ServerCnx
 from magnetar.broker.idle_poll import IdlePoller
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.rpc import ReplyRouter
-from magnetar.broker.topic import Topic
+from magnetar.broker.topic import Topic, TopicUnavailable
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from magnetar.broker.producer import Producer
 
 log = logging.getLogger("magnetar.broker")
+
 
 NON_PERSISTENT_DIR = "non-persistent-scratch"
 
@@ -46,6 +48,7 @@ class BrokerService:
         self._server: asyncio.AbstractServer | None = None
         self._timers: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._unloading: dict[str, asyncio.Future[None]] = {}
         self._dir_lock = DataDirLock(config.data_dir)
         ledger_config = LedgerConfig(
             segment_max_bytes=config.segment_max_bytes,
@@ -100,6 +103,7 @@ class BrokerService:
             raise
         self._timers.append(self.loop.create_task(self._cursor_flusher()))
         self._timers.append(self.loop.create_task(self._retention()))
+        self._timers.append(self.loop.create_task(self._idle_unloader()))
         log.info(
             "magnetar broker listening on %s (data in %s, sync policy %s)",
             self.config.service_url,
@@ -150,6 +154,56 @@ class BrokerService:
                 except Exception:
                     log.exception("flushing cursors of %s failed", topic.name)
 
+    async def _idle_unloader(self) -> None:
+        """Unload topics nobody has used for ``topic_idle_unload_seconds``: their files
+        are closed and their state dropped; the next use loads them again."""
+        idle_after = self.config.topic_idle_unload_seconds
+        if idle_after <= 0:
+            return
+        idle_since: dict[str, float] = {}
+        while True:
+            await asyncio.sleep(min(idle_after, 10.0) / 2)
+            now = self.loop.time()
+            for name, topic in list(self.topics.items()):
+                if topic.has_clients():
+                    idle_since.pop(name, None)
+                elif now - idle_since.setdefault(name, now) >= idle_after:
+                    idle_since.pop(name, None)
+                    await self.unload_topic(topic, "idle")
+            for name in [n for n in idle_since if n not in self.topics]:
+                del idle_since[name]
+
+    async def unload_topic(self, topic: Topic, reason: str) -> None:
+        """Close ``topic`` and drop it from memory; its clients are told to reconnect,
+        which loads it again (recovering its files)."""
+        if self.topics.get(topic.name) is not topic:
+            return
+        del self.topics[topic.name]
+        done = self.loop.create_future()
+        self._unloading[topic.name] = done
+        try:
+            for sub in list(topic.subscriptions.values()):
+                for consumer in list(sub.consumers):
+                    consumer.cnx.consumer_closed_by_broker(consumer)
+            for producer in list(topic.producers.values()):
+                producer.cnx.close_producer_by_broker(producer)
+            for waiter in list(topic.access.waiters):
+                waiter.cnx.close_producer_by_broker(waiter)
+            try:
+                await topic.close()
+            except Exception:
+                log.exception("closing %s while unloading it failed", topic.name)
+            log.info("unloaded topic %s (%s)", topic.name, reason)
+        finally:
+            del self._unloading[topic.name]
+            done.set_result(None)
+
+    def _topic_failed(self, topic: Topic) -> None:
+        """A storage error on ``topic``: unload it, so that its clients' reconnects load
+        it afresh (a new ledger) once the cause is gone, without a broker restart."""
+        if self.topics.get(topic.name) is topic and not self._stopping:
+            self.loop.create_task(self.unload_topic(topic, "storage failure"))
+
     async def _retention(self) -> None:
         while True:
             await asyncio.sleep(self.config.retention_check_interval)
@@ -192,6 +246,8 @@ class BrokerService:
         topic = self.topics.get(full)
         if topic is not None:
             return topic
+        if full in self._unloading:
+            raise TopicUnavailable(f"topic {full} is being unloaded; try again")
         if name.partition_index < 0 and self.store.get_partitions(full):
             raise ValueError(
                 f"topic {full} is partitioned; producers and consumers attach to its partitions"
@@ -207,15 +263,29 @@ class BrokerService:
                 raise LookupError(f"topic {full} does not exist")
             log.info("creating topic %s", full)
         store = self._store_for(name)
-        topic = Topic(
-            name,
-            store.open_ledger(full),
-            store.topic_metadata(full),
-            self.loop,
-            self.clock_ms,
-            self.config.max_unacked_per_consumer,
-            self.config.dispatch_before_sync,
-        )
+        ledger = None
+        try:
+            ledger = store.open_ledger(full)
+            topic = Topic(
+                name,
+                ledger,
+                store.topic_metadata(full),
+                self.loop,
+                self.clock_ms,
+                self.config.max_unacked_per_consumer,
+                self.config.dispatch_before_sync,
+            )
+        except OSError as exc:
+            if ledger is not None:
+                ledger.abort()  # release its files and lock; nothing was written
+            reason = exc.strerror or str(exc)
+            code = errno.errorcode.get(exc.errno or 0, "")
+            log.error("cannot load topic %s: %s", full, exc)
+            raise TopicUnavailable(
+                f"cannot load topic {full}: {reason}" + (f" ({code})" if code else ""),
+                storage_error=True,
+            ) from None
+        topic.on_storage_failure = self._topic_failed
         self.topics[full] = topic
         return topic
 
@@ -339,4 +409,3 @@ class BrokerService:
 
     def on_producer_closed(self, topic: Topic, producer: Producer, explicit: bool) -> None:
         self.replies.producer_closed(topic, producer, explicit)
-

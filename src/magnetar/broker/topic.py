@@ -32,6 +32,16 @@ log = logging.getLogger("magnetar.broker.topic")
 _INFO_CACHE_MAX = 200_000
 
 
+class TopicUnavailable(Exception):
+    """The topic cannot be served right now: it is being unloaded (``storage_error``
+    False: try again at once), or its files could not be loaded (True: the message
+    names the cause, such as a full disk or a missing permission)."""
+
+    def __init__(self, message: str, storage_error: bool = False) -> None:
+        super().__init__(message)
+        self.storage_error = storage_error
+
+
 @dataclass
 class TopicStats:
     messages_in: int = 0
@@ -82,6 +92,8 @@ class Topic:
         self.terminated = metadata.properties.get("terminated") == "true"
         self.closed = False
         self.failure: str | None = None
+        # Set by the service: called once when the storage fails under this topic.
+        self.on_storage_failure: Callable[[Topic], None] | None = None
         ledger.on_failure = self._storage_failed
         self.dispatch_before_sync = dispatch_before_sync
         if dispatch_before_sync:
@@ -281,11 +293,17 @@ class Topic:
     # ------------------------------------------------------------ lifecycle
 
     def _storage_failed(self, error: BaseException) -> None:
-        """The disk refused a write: nothing more is accepted, producers are told."""
-        self.failure = f"storage failure on {self.name}: {error}"
-        log.error("%s; closing its producers", self.failure)
-        for producer in list(self.producers.values()):
-            producer.cnx.close_producer_by_broker(producer)
+        """The disk refused a write: nothing more is accepted here; the service unloads
+        the topic, and its clients' reconnects load it afresh once the cause is gone
+        (their unreceipted messages are sent again)."""
+        cause = error.strerror if isinstance(error, OSError) and error.strerror else error
+        self.failure = f"storage failure on {self.name}: {cause}"
+        log.error("%s; unloading the topic", self.failure)
+        if self.on_storage_failure is not None:
+            self.on_storage_failure(self)
+        else:
+            for producer in list(self.producers.values()):
+                producer.cnx.close_producer_by_broker(producer)
 
     def has_clients(self) -> bool:
         """Producers or consumers are attached."""

@@ -155,6 +155,8 @@ def handle_close_consumer(cnx: ServerCnx, command: BaseCommand, frame: Frame) ->
     consumer = cnx.consumers.pop(request.consumer_id, None)
     if consumer is not None:
         detach_consumer(consumer)
+        # Acks made just before a clean close survive a crash right after it.
+        consumer.subscription.cursor.flush()
     cnx.write_success(request.request_id)
 
 
