@@ -1,4 +1,5 @@
-"""The ``magnetar`` command: ``magnetar serve`` runs a broker until SIGTERM/SIGINT."""
+"""The ``magnetar`` command: ``magnetar serve`` runs a broker until SIGTERM/SIGINT;
+``magnetar repair`` cuts a topic's log before a corrupt record."""
 
 from __future__ import annotations
 
@@ -65,7 +66,51 @@ def _parser() -> argparse.ArgumentParser:
             metavar=f.name.upper(),
             help=f"{text} (default: {_shown(default_of(f))})".replace("%", "%%"),
         )
+    repair = commands.add_parser(
+        "repair",
+        help="cut a topic's log before a corrupt record (the broker must be stopped)",
+        description=(
+            "A broker refuses to load a topic whose fsynced data has a bad record "
+            "(CorruptLedger names the file and offset) instead of silently dropping what "
+            "follows it. This cuts the topic's log before its first bad record, keeping "
+            "every entry before it; entries from there on are lost. Run with --dry-run "
+            "first to see what would be cut. The broker using the data directory must "
+            "be stopped."
+        ),
+    )
+    repair.add_argument("topic", help="topic name, e.g. persistent://public/default/t or t")
+    repair.add_argument(
+        "--data-dir", type=Path, default=Path("./data"), help="data directory (default: ./data)"
+    )
+    repair.add_argument("--dry-run", action="store_true", help="only say what would be cut")
     return parser
+
+
+def repair(topic: str, data_dir: Path, dry_run: bool) -> int:
+    from magnetar.broker.topic_name import InvalidTopicName, TopicName
+    from magnetar.storage import LedgerConfig, StorageError, Store
+
+    try:
+        name = str(TopicName.parse(topic))
+    except InvalidTopicName as exc:
+        print(f"magnetar: {exc}", file=sys.stderr)
+        return 2
+    store = Store(data_dir, LedgerConfig())
+    try:
+        cut = store.truncate_at_corruption(name, dry_run=dry_run)
+    except (FileNotFoundError, StorageError) as exc:
+        print(f"magnetar: cannot repair {name}: {exc}", file=sys.stderr)
+        return 2
+    if cut is None:
+        print(f"{name}: every record is good; nothing to cut")
+        return 0
+    verb = "would cut" if dry_run else "cut"
+    print(
+        f"{name}: {verb} {cut.path} at offset {cut.offset} ({cut.reason}): "
+        f"{cut.dropped_bytes} bytes from entry {cut.first_lost_entry_id} on"
+        + (f", and {len(cut.removed_segments)} later segment(s)" if cut.removed_segments else "")
+    )
+    return 0
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
@@ -97,6 +142,8 @@ def _run(coro: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "repair":
+        return repair(args.topic, args.data_dir, args.dry_run)
     if args.command == "serve":
         try:
             config = load_config(args.config, overrides=_overrides(args))

@@ -20,7 +20,7 @@ from magnetar.broker.topic import Topic, TopicUnavailable
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
-from magnetar.storage import LedgerConfig, Store
+from magnetar.storage import CorruptLedger, LedgerConfig, Store
 from magnetar.storage.dir_lock import DataDirLock
 
 if TYPE_CHECKING:
@@ -275,6 +275,14 @@ class BrokerService:
                 self.config.max_unacked_per_consumer,
                 self.config.dispatch_before_sync,
             )
+        except CorruptLedger as exc:
+            log.error("cannot load topic %s: %s", full, exc)
+            raise TopicUnavailable(
+                f"cannot load topic {full}: its log is corrupt ({exc.reason} at offset "
+                f"{exc.offset} of {exc.path.parent.name}/{exc.path.name}); an operator "
+                "can cut it there with `magnetar repair`",
+                storage_error=True,
+            ) from None
         except OSError as exc:
             if ledger is not None:
                 ledger.abort()  # release its files and lock; nothing was written
