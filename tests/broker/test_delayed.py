@@ -156,3 +156,34 @@ def test_delayed_on_partitioned_topic(
     got = sorted(consumer.receive(timeout_millis=3000).data() for _ in range(6))
     assert got == [f"{i}".encode() for i in range(6)]
     assert time.monotonic() - start >= DELAY_S - 0.1
+
+
+def test_a_long_run_of_delayed_entries_is_walked_in_bounded_rounds(
+    broker: EmbeddedBroker, client: pulsar.Client, topic: str
+) -> None:
+    """Many delayed entries in a row: each dispatch round passes over a bounded number
+    of them and yields, so other connections are served meanwhile; the message after
+    the run is still delivered at once."""
+    import asyncio
+
+    from magnetar.broker import dispatch_round as rounds
+
+    consumer = client.subscribe(topic, "many-delayed", consumer_type=CT.Shared)
+    producer = client.create_producer(topic, batching_enabled=False)
+    count = rounds.MAX_SKIPPED_PER_ROUND * 2 + 10
+    for _ in range(count):
+        producer.send_async(b"later", None, deliver_after=timedelta(seconds=600))
+    producer.flush()
+    producer.send(b"now")
+    assert consumer.receive(timeout_millis=10_000).data() == b"now"
+    assert broker.service is not None and broker._loop is not None
+    sub = broker.service.topics[topic].subscriptions["many-delayed"]
+
+    async def one_round() -> tuple[bool, int]:
+        sub.read_position = 0
+        sub.delayed.clear()
+        more = rounds.dispatch_round(sub)
+        return more, sub.read_position
+
+    more, position = asyncio.run_coroutine_threadsafe(one_round(), broker._loop).result(30)
+    assert more and position == rounds.MAX_SKIPPED_PER_ROUND

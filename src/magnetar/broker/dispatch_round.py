@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from magnetar.broker.subscription import Subscription
 
 MAX_ENTRIES_PER_ROUND = 2000
+# Entries a round may pass over without sending (acked, pending, held for later
+# delivery) before it yields to the loop: 100k delayed messages in a row must not
+# stall every other connection while one round walks them.
+MAX_SKIPPED_PER_ROUND = 5000
 MAX_KEY_SHARED_LOOKAHEAD = 10000
 
 
@@ -68,14 +72,20 @@ def dispatch_round(sub: Subscription) -> bool:
 
     last = topic.last_visible_entry_id
     position = max(sub.read_position, ledger.first_entry_id)
+    skipped = 0
     while position <= last:
+        if skipped >= MAX_SKIPPED_PER_ROUND:
+            sub.read_position = position
+            return True
         if position in pending or cursor.is_acked(position):
             position += 1
+            skipped += 1
             continue
         info = topic.entry_info(position)
         if honours_delay and info.deliver_at and info.deliver_at > now_ms:
             sub.delayed.add(position, info.deliver_at)
             position += 1
+            skipped += 1
             continue
         if uses_keys and info.key_hash in blocked_keys:
             if len(sub.replay) >= MAX_KEY_SHARED_LOOKAHEAD:
