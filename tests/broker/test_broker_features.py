@@ -147,3 +147,26 @@ def test_pattern_subscription_sees_matching_topics(client: pulsar.Client) -> Non
         )
     got = sorted(consumer.receive(5000).data() for _ in range(2))
     assert got == [b"a", b"b"]
+
+
+def test_cached_entry_metadata_is_bounded_broker_wide(
+    tmp_path: Path, client_factory: Callable[..., pulsar.Client]
+) -> None:
+    limit = 1000
+    with EmbeddedBroker(data_dir=tmp_path, entry_info_cache_max_entries=limit) as broker:
+        assert broker.service is not None
+        client = client_factory(broker.service_url)
+        names = [f"info-{i}" for i in range(4)]
+        for count, name in zip((2000, 10, 10, 2000), names, strict=True):
+            producer = client.create_producer(name, batching_enabled=False)
+            for _ in range(count):
+                producer.send_async(b"x", None)
+            producer.flush()
+        topics = broker.service.topics.values()
+        assert sum(len(t._info) for t in topics) <= limit
+        consumer = client.subscribe(
+            names[0], "s", initial_position=pulsar.InitialPosition.Earliest
+        )
+        for _ in range(2000):  # entries whose metadata was dropped are read again
+            consumer.acknowledge(consumer.receive(5000))
+        assert sum(len(t._info) for t in topics) <= limit

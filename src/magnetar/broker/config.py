@@ -156,6 +156,13 @@ class BrokerConfig:
             "reconnects elsewhere; silent, it is dropped and the newcomer takes over"
         ),
     )
+    entry_info_cache_max_entries: int = field(
+        default=50_000,
+        metadata=_help(
+            "parsed entry metadata (about 260 bytes each) the loaded topics keep together, "
+            "shared evenly between them"
+        ),
+    )
     topic_idle_unload_seconds: float = field(
         default=300.0,
         metadata=_help(
@@ -240,6 +247,7 @@ class BrokerConfig:
             "rpc_max_held_replies",
             "rpc_max_held_bytes",
             "topic_idle_unload_seconds",
+            "entry_info_cache_max_entries",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(name, getattr(self, name), "must be >= 0")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from magnetar.protocol.frames import parse_metadata, parse_payload
@@ -33,7 +34,7 @@ def info_from_metadata(metadata: pb.MessageMetadata) -> EntryInfo:
         key_hash,
         metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0,
         metadata.publish_time,
-        metadata.producer_name,
+        sys.intern(metadata.producer_name),  # one string per producer, not per entry
         metadata.sequence_id,
     )
 

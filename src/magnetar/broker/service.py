@@ -49,6 +49,7 @@ class BrokerService:
         self._timers: list[asyncio.Task[None]] = []
         self._stopping = False
         self._unloading: dict[str, asyncio.Future[None]] = {}
+        self._info_trimmed_share = config.entry_info_cache_max_entries
         self._dir_lock = DataDirLock(config.data_dir)
         ledger_config = LedgerConfig(
             segment_max_bytes=config.segment_max_bytes,
@@ -274,6 +275,7 @@ class BrokerService:
                 self.clock_ms,
                 self.config.max_unacked_per_consumer,
                 self.config.dispatch_before_sync,
+                self._info_share,
             )
         except CorruptLedger as exc:
             log.error("cannot load topic %s: %s", full, exc)
@@ -295,7 +297,18 @@ class BrokerService:
             ) from None
         topic.on_storage_failure = self._topic_failed
         self.topics[full] = topic
+        share = self._info_share()
+        if share < self._info_trimmed_share * 3 // 4:
+            # Topics filled their caches while their share was larger.
+            self._info_trimmed_share = share
+            for other in self.topics.values():
+                other.trim_info_cache()
         return topic
+
+    def _info_share(self) -> int:
+        """A topic's share of ``entry_info_cache_max_entries``: the loaded topics
+        together keep at most about that many EntryInfo (and 64 each at least)."""
+        return max(64, self.config.entry_info_cache_max_entries // max(1, len(self.topics)))
 
     def find_topic(self, name: TopicName) -> Topic | None:
         try:

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("magnetar.broker.topic")
 
-_INFO_CACHE_MAX = 200_000
+# Without a broker to share with (a topic built on its own, as in tests).
+_INFO_CACHE_MAX = 50_000
 
 
 class TopicUnavailable(Exception):
@@ -59,6 +60,7 @@ class Topic:
         clock_ms: Callable[[], int],
         max_unacked: int,
         dispatch_before_sync: bool = True,
+        info_cache_limit: Callable[[], int] = lambda: _INFO_CACHE_MAX,
     ) -> None:
         self.topic_name = name
         self.name = str(name)
@@ -96,6 +98,8 @@ class Topic:
         self.on_storage_failure: Callable[[Topic], None] | None = None
         ledger.on_failure = self._storage_failed
         self.dispatch_before_sync = dispatch_before_sync
+        # This topic's share of the broker-wide bound on cached EntryInfo.
+        self._info_limit = info_cache_limit
         if dispatch_before_sync:
             ledger.on_written = self._written
         for cursor_name in ledger.persisted_cursor_names():
@@ -170,8 +174,15 @@ class Topic:
     def _remember(self, entry_id: int, info: EntryInfo) -> None:
         cache = self._info
         cache[entry_id] = info
-        if len(cache) > _INFO_CACHE_MAX:
-            for old in list(cache)[: _INFO_CACHE_MAX // 4]:
+        if len(cache) > self._info_limit():
+            self.trim_info_cache()
+
+    def trim_info_cache(self) -> None:
+        """Keep three quarters of this topic's share, dropping the oldest entries."""
+        cache = self._info
+        limit = self._info_limit()
+        if len(cache) > limit:
+            for old in list(cache)[: len(cache) - limit * 3 // 4]:
                 del cache[old]
 
     # ------------------------------------------------------------ publish
