@@ -253,6 +253,78 @@ async def test_negative_ack_on_exclusive_redelivers_in_order(mclient: Client,
     assert again.value == b"m1"
 
 
+@pytest.mark.parametrize("subscription_type", ["exclusive", "failover"])
+async def test_nack_on_exclusive_counts_only_the_nacked_message(
+    mclient: Client, topic: str, subscription_type: str
+) -> None:
+    """PIP-106: what sat unseen in the receiver queue comes again with count 0."""
+    await _send(mclient, topic, 5)
+    consumer = await mclient.subscribe(topic, "nc", subscription_type=subscription_type,
+                                       initial_position="earliest", receiver_queue_size=10,
+                                       negative_ack_redelivery_delay=0.05)
+    first = await consumer.receive(5)  # the other four wait in the receiver queue
+    consumer.negative_acknowledge(first)
+    await asyncio.sleep(0.2)  # the redelivery (due in 0.05 s on this loop) comes first
+    again = [await consumer.receive(5) for _ in range(5)]
+    assert [(m.value, m.redelivery_count) for m in again] == [
+        (b"m0", 1), (b"m1", 0), (b"m2", 0), (b"m3", 0), (b"m4", 0)]
+    consumer.negative_acknowledge(again[0])
+    consumer.negative_acknowledge(again[2])
+    await asyncio.sleep(0.2)
+    third = [await consumer.receive(5) for _ in range(5)]
+    assert [(m.value, m.redelivery_count) for m in third] == [
+        (b"m0", 2), (b"m1", 0), (b"m2", 1), (b"m3", 0), (b"m4", 0)]
+    for msg in third:
+        await consumer.acknowledge(msg)
+    assert await _drain(consumer) == []
+
+
+async def test_nack_on_exclusive_does_not_bring_back_what_was_acked(mclient: Client,
+                                                                    topic: str) -> None:
+    await _send(mclient, topic, 3)
+    consumer = await mclient.subscribe(topic, "na", initial_position="earliest",
+                                       negative_ack_redelivery_delay=0.05,
+                                       ack_group_time=10.0)  # acks would wait to be sent
+    first = await consumer.receive(5)
+    second = await consumer.receive(5)
+    await consumer.acknowledge(first)
+    consumer.negative_acknowledge(second)
+    await asyncio.sleep(0.2)  # the redelivery (due in 0.05 s on this loop) comes first
+    assert [(m.value, m.redelivery_count) for m in await _drain(consumer, 1.0)] == [
+        (b"m1", 1), (b"m2", 0)]
+
+
+async def test_redelivery_gives_back_the_permits_of_dropped_batches(
+    broker: EmbeddedBroker, mclient: Client, topic: str
+) -> None:
+    import aiohttp
+
+    producer = await mclient.create_producer(topic, batching=True, batching_max_messages=4,
+                                             batching_max_delay=1.0)
+    await asyncio.gather(*(producer.send_async(b"b%d" % i) for i in range(16)))
+    consumer = await mclient.subscribe(topic, "nb", initial_position="earliest",
+                                       receiver_queue_size=8,
+                                       negative_ack_redelivery_delay=0.05)
+    first = await consumer.receive(5)
+    for _ in range(3):
+        consumer.negative_acknowledge(first)
+        await asyncio.sleep(0.2)  # the redelivery (due in 0.05 s on this loop) comes first
+        first = await consumer.receive(5)
+        assert first.value == b"b0"
+    # (b0 came after the broker had the FLOW that went out with the redelivery.)
+    # Permits count messages: a dropped batch of four gives back four (it gave back
+    # one, and the broker's count of what the client may take went below zero).
+    local = topic.split("://", 1)[1]
+    async with aiohttp.ClientSession() as http:
+        url = f"{broker.admin_url}/admin/v2/persistent/{local}/stats"
+        async with http.get(url) as response:
+            stats = await response.json()
+    (stats_consumer,) = stats["subscriptions"]["nb"]["consumers"]
+    assert stats_consumer["availablePermits"] == 0  # 8 asked for, 2 batches of 4 sent
+    values = [first.value] + [m.value for m in await _drain(consumer, 1.0)]
+    assert values == [b"b%d" % i for i in range(16)]
+
+
 async def test_ack_timeout_redelivers(mclient: Client, topic: str) -> None:
     consumer = await mclient.subscribe(topic, "at", subscription_type="shared", ack_timeout=0.3)
     await _send(mclient, topic, 1)

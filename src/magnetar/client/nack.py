@@ -67,6 +67,10 @@ class NegativeAcksTracker:
                 out.append(position)
         return out
 
+    def positions(self) -> list[Position]:
+        """Every nacked entry still waiting, due or not."""
+        return list(self._due)
+
     def clear(self) -> None:
         self._due.clear()
         self._heap.clear()

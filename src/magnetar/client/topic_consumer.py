@@ -581,8 +581,10 @@ class TopicConsumer(ConnectionHandler):
 
     def _redeliver(self, positions: list[Position]) -> None:
         if not self.conf.shared:
-            # Exclusive and failover subscriptions keep order: everything comes again.
-            self.redeliver_all()
+            # Exclusive and failover subscriptions keep order: the broker sends
+            # everything unacked again; the ids say which entries are redelivered
+            # because the application nacked them (or let them time out).
+            self.redeliver_all(positions)
             return
         conn = self._conn
         if conn is None:
@@ -595,22 +597,56 @@ class TopicConsumer(ConnectionHandler):
                 red.message_ids.add(ledgerId=ledger, entryId=entry)
             conn.send_command(cmd)
 
-    def redeliver_all(self) -> None:
-        """Ask the broker to send every unacked message again (a new consumer epoch)."""
+    def redeliver_all(self, counted: list[Position] | None = None) -> None:
+        """Ask the broker to send every unacked message again (a new consumer epoch).
+
+        ``counted``: the entries redelivered because the application nacked them (or
+        their ack timed out); with the other nacked entries, they go in the request,
+        and only they get a higher redelivery count (PIP-106: what sat unseen in the
+        prefetch queue keeps its count).  Without it (the application asked for
+        everything again) the request names none, as Pulsar's clients send it.
+
+        What is prefetched here is dropped (the broker sends it again, and its
+        permits are given back), acks still grouped are sent first so the broker
+        does not send those messages again, and the nack and ack-timeout trackers
+        are emptied: every unacked message comes again.
+        """
         self._consumer_epoch += 1
-        removed = self._queue.remove_if(self._mine)
+        self._flush_acks()
+        removed = self._drop_prefetched()
         if self._unacked is not None:
             self._unacked.clear()
+        ids: list[Position] = []
+        if counted is not None:
+            ids = list(dict.fromkeys([*counted, *self._nacks.positions()]))
         self._nacks.clear()
         conn = self._conn
         if conn is None:
             return
         cmd = BaseCommand(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
-        cmd.redeliverUnacknowledgedMessages.consumer_id = self.consumer_id
-        cmd.redeliverUnacknowledgedMessages.consumer_epoch = self._consumer_epoch
+        red = cmd.redeliverUnacknowledgedMessages
+        red.consumer_id = self.consumer_id
+        red.consumer_epoch = self._consumer_epoch
+        for ledger, entry in ids:
+            red.message_ids.add(ledgerId=ledger, entryId=entry)
         conn.send_command(cmd)
         if removed:
             self._credit(removed)
+
+    def _drop_prefetched(self) -> int:
+        """Drop what this consumer has in the receiver queue; returns how many
+        messages that is (the broker counted permits by message, a batch as many)."""
+        dropped: list[Message | RawEntry] = []
+
+        def mine(item: Message | RawEntry) -> bool:
+            if item._consumer is self:
+                dropped.append(item)
+                return True
+            return False
+
+        self._queue.remove_if(mine)
+        return sum(_message_count(item) if isinstance(item, RawEntry) else 1
+                   for item in dropped)
 
     # ------------------------------------------------------------------ requests
 
@@ -627,7 +663,7 @@ class TopicConsumer(ConnectionHandler):
         self._flush_acks()
         await conn.request(cmd, request_id)
         # The cursor moved: forget what was prefetched and everything tracked.
-        removed = self._queue.remove_if(self._mine)
+        removed = self._drop_prefetched()
         self._acks.reset_cumulative()
         self._batch_ackers.clear()
         self._nacks.clear()
@@ -718,6 +754,15 @@ class TopicConsumer(ConnectionHandler):
 def _bit(words: list[int], index: int) -> bool:
     word = index >> 6
     return word < len(words) and bool((words[word] >> (index & 63)) & 1)
+
+
+def _message_count(raw: RawEntry) -> int:
+    """How many messages a received entry holds (its batch size; 1 if unreadable)."""
+    try:
+        metadata = _parse_metadata(split_entry(raw.body)[0])
+    except (ProtocolError, DecodeError):
+        return 1
+    return metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
 
 
 def _nack_tracker(conf: ConsumerConfig, clock: Clock) -> NegativeAcksTracker:
