@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, cast
 
-from magnetar.client import Client, ConnectError
+from magnetar.client import Client, ConnectError, MessageTooBig, PulsarError
 
 DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
 DEFAULT_TOPIC = "rpc-calculator"
@@ -120,7 +120,14 @@ async def serve(service_url: str, topic: str, subscription: str, delay: float) -
             except Exception as exc:  # never let one request stop the server
                 answer, is_error = f"cannot evaluate {text!r}: {exc}", True
             print(f"  {text!r} -> {'error: ' if is_error else ''}{answer}", flush=True)
-            await request.reply(answer, is_error=is_error)
+            try:
+                await request.reply(answer, is_error=is_error)
+            except MessageTooBig:  # nothing was sent: say so instead
+                await request.reply(f"the answer to {text!r} is too large to send",
+                                    is_error=True)
+            except PulsarError as exc:  # the broker refused it: the request comes again
+                print(f"  reply refused ({type(exc).__name__}: {exc})", flush=True)
+                request.negative_acknowledge()
 
 
 def main(argv: list[str] | None = None) -> int:
