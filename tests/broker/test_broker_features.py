@@ -170,3 +170,47 @@ def test_cached_entry_metadata_is_bounded_broker_wide(
         for _ in range(2000):  # entries whose metadata was dropped are read again
             consumer.acknowledge(consumer.receive(5000))
         assert sum(len(t._info) for t in topics) <= limit
+
+
+def test_topics_load_in_a_worker_thread_and_commands_wait_for_them(
+    tmp_path: Path, client_factory: Callable[..., pulsar.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    with EmbeddedBroker(data_dir=tmp_path) as broker:
+        assert broker.service is not None and broker._thread is not None
+        store = broker.service.store
+        real_open = store.open_ledger
+        opened_on: list[str] = []
+        gate = threading.Event()
+
+        def slow_open(topic: str):  # type: ignore[no-untyped-def]
+            if topic.endswith("/slow"):
+                opened_on.append(threading.current_thread().name)
+                assert gate.wait(30)  # a long recovery, off the loop
+            return real_open(topic)
+
+        monkeypatch.setattr(store, "open_ledger", slow_open)
+        client = client_factory(broker.service_url)
+        other = client_factory(broker.service_url)
+        got: dict[str, object] = {}
+        waiters = [
+            threading.Thread(target=lambda: got.setdefault("p", client.create_producer("slow"))),
+            threading.Thread(target=lambda: got.setdefault("c", other.subscribe("slow", "s"))),
+        ]
+        waiters[0].start()
+        deadline = time.monotonic() + 10
+        while not opened_on:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        waiters[1].start()  # the same topic while it loads: waits for the same load
+        # Meanwhile the loop serves everyone else.
+        other.create_producer("other-topic").send(b"served while another topic loads")
+        assert not got
+        gate.set()
+        for waiter in waiters:
+            waiter.join(30)
+        got["p"].send(b"after the load")  # type: ignore[attr-defined]
+        assert got["c"].receive(5000).data() == b"after the load"  # type: ignore[attr-defined]
+        assert len(opened_on) == 1  # one load served both
+        assert opened_on[0] not in (threading.current_thread().name, broker._thread.name)

@@ -20,6 +20,7 @@ from magnetar import __version__
 from magnetar.broker.client_quirks import understands_end_of_topic
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.handlers import acks, consumers, lookup, producers, schemas
+from magnetar.broker.handlers.common import TopicLoading, command_error
 from magnetar.broker.handlers.errors import CommandError, request_id_of
 from magnetar.broker.producer import Producer
 from magnetar.protocol.errors import FrameTooLarge, ProtocolError
@@ -28,6 +29,7 @@ from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
+    from magnetar.broker.topic import Topic
 
 log = logging.getLogger("magnetar.broker.connection")
 
@@ -152,6 +154,8 @@ class ServerCnx(asyncio.Protocol):
             return
         try:
             handler(self, command, frame)
+        except TopicLoading as loading:
+            loading.future.add_done_callback(lambda done: self._after_load(frame, done))
         except CommandError as exc:
             self.write_error(request_id_of(command), exc.error, str(exc))
         except Exception as exc:
@@ -159,6 +163,22 @@ class ServerCnx(asyncio.Protocol):
             # An OSError's text names files; the client gets the cause without the paths.
             cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             self.write_error(request_id_of(command), pb.UnknownError, f"internal error: {cause}")
+
+    def _after_load(self, frame: Frame, done: asyncio.Future[Topic]) -> None:
+        """The topic a command waited for is loaded (or failed to): handle it now."""
+        if not self.alive:
+            return
+        failure = done.exception()
+        if failure is None:
+            self._handle_frame(frame)
+            return
+        error = command_error(failure)
+        command = frame.command
+        if isinstance(error, CommandError):
+            self.write_error(request_id_of(command), error.error, str(error))
+        else:
+            log.error("loading a topic for %s failed", T.Name(command.type), exc_info=failure)
+            self.write_error(request_id_of(command), pb.UnknownError, "internal error")
 
     def _protocol_failure(self, message: str, error: int) -> None:
         log.warning("closing connection %s from %s: %s", self.id, self.remote_address, message)

@@ -20,8 +20,9 @@ from magnetar.broker.topic import Topic, TopicUnavailable
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
-from magnetar.storage import CorruptLedger, LedgerConfig, Store
+from magnetar.storage import CorruptLedger, LedgerConfig, ManagedLedger, Store, TopicMetadata
 from magnetar.storage.dir_lock import DataDirLock
+from magnetar.storage.ledger_ids import LedgerIds, begin_ledger
 
 if TYPE_CHECKING:
     from magnetar.broker.producer import Producer
@@ -49,6 +50,7 @@ class BrokerService:
         self._timers: list[asyncio.Task[None]] = []
         self._stopping = False
         self._unloading: dict[str, asyncio.Future[None]] = {}
+        self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._info_trimmed_share = config.entry_info_cache_max_entries
         self._dir_lock = DataDirLock(config.data_dir)
         ledger_config = LedgerConfig(
@@ -238,7 +240,9 @@ class BrokerService:
         return str(name) in self.topics or self._store_for(name).topic_dir(str(name)).exists()
 
     def get_topic(self, name: TopicName, *, create: bool = True, explicit: bool = False) -> Topic:
-        """The loaded topic, loading or creating it. LookupError if absent and not created.
+        """The loaded topic, loading or creating it on the loop thread (admin and
+        embedded use; clients' commands use :meth:`load_topic`). LookupError if absent
+        and not created.
 
         ``create`` lets a client's use create it, where ``allow_auto_topic_creation``
         permits; ``explicit`` (an admin's request) creates it regardless.
@@ -247,6 +251,42 @@ class BrokerService:
         topic = self.topics.get(full)
         if topic is not None:
             return topic
+        self._check_loadable(name, create, explicit)
+        if full in self._loading:
+            raise TopicUnavailable(f"topic {full} is loading; try again")
+        return self._install(name, *self._open_files(name))
+
+    def load_topic(self, name: TopicName, *, create: bool = True) -> asyncio.Future[Topic]:
+        """The topic, loaded in a worker thread if it is not loaded yet: recovering a
+        large log (reading, checking records) does not stall the loop meanwhile.
+        Raises at once what :meth:`get_topic` would (LookupError, ValueError,
+        TopicUnavailable while it unloads); a failed load fails the future."""
+        full = str(name)
+        topic = self.topics.get(full)
+        future: asyncio.Future[Topic] = self.loop.create_future()
+        if topic is not None:
+            future.set_result(topic)
+            return future
+        loading = self._loading.get(full)
+        if loading is not None:
+            return loading
+        self._check_loadable(name, create, False)
+        self._loading[full] = future
+
+        async def load() -> None:
+            try:
+                opened = await self.loop.run_in_executor(None, self._open_files, name)
+                future.set_result(self._install(name, *opened))
+            except BaseException as exc:  # the waiters get it; nothing is left behind
+                future.set_exception(exc)
+            finally:
+                del self._loading[full]
+
+        self.loop.create_task(load())
+        return future
+
+    def _check_loadable(self, name: TopicName, create: bool, explicit: bool) -> None:
+        full = str(name)
         if full in self._unloading:
             raise TopicUnavailable(f"topic {full} is being unloaded; try again")
         if name.partition_index < 0 and self.store.get_partitions(full):
@@ -263,20 +303,20 @@ class BrokerService:
             if not is_known_partition and not allowed:
                 raise LookupError(f"topic {full} does not exist")
             log.info("creating topic %s", full)
+
+    def _open_files(self, name: TopicName) -> tuple[ManagedLedger, TopicMetadata, LedgerIds]:
+        """Open (and recover) the topic's log and metadata and begin its new ledger:
+        file work only, safe in a worker thread. TopicUnavailable names a failure."""
+        full = str(name)
         store = self._store_for(name)
         ledger = None
         try:
             ledger = store.open_ledger(full)
-            topic = Topic(
-                name,
-                ledger,
-                store.topic_metadata(full),
-                self.loop,
-                self.clock_ms,
-                self.config.max_unacked_per_consumer,
-                self.config.dispatch_before_sync,
-                self._info_share,
+            metadata = store.topic_metadata(full)
+            ledgers = begin_ledger(
+                metadata, ledger.next_entry_id, ledger.first_entry_id, self.clock_ms() // 1000
             )
+            return ledger, metadata, ledgers
         except CorruptLedger as exc:
             log.error("cannot load topic %s: %s", full, exc)
             raise TopicUnavailable(
@@ -295,6 +335,22 @@ class BrokerService:
                 f"cannot load topic {full}: {reason}" + (f" ({code})" if code else ""),
                 storage_error=True,
             ) from None
+
+    def _install(
+        self, name: TopicName, ledger: ManagedLedger, metadata: TopicMetadata, ledgers: LedgerIds
+    ) -> Topic:
+        full = str(name)
+        topic = Topic(
+            name,
+            ledger,
+            metadata,
+            self.loop,
+            self.clock_ms,
+            self.config.max_unacked_per_consumer,
+            self.config.dispatch_before_sync,
+            self._info_share,
+            ledgers,
+        )
         topic.on_storage_failure = self._topic_failed
         self.topics[full] = topic
         share = self._info_share()

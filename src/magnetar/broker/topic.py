@@ -21,7 +21,7 @@ from magnetar.broker.topic_name import TopicName
 from magnetar.protocol.fastpath import MessageIdEncoder, encode_send_receipt
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
-from magnetar.storage.ledger_ids import LedgerIds
+from magnetar.storage.ledger_ids import LedgerIds, begin_ledger
 
 if TYPE_CHECKING:
     from magnetar.broker.producer import Producer
@@ -61,6 +61,7 @@ class Topic:
         max_unacked: int,
         dispatch_before_sync: bool = True,
         info_cache_limit: Callable[[], int] = lambda: _INFO_CACHE_MAX,
+        ledgers: LedgerIds | None = None,  # begun already (by a loader thread)
     ) -> None:
         self.topic_name = name
         self.name = str(name)
@@ -72,15 +73,12 @@ class Topic:
         self.max_unacked = max_unacked
         # Each open writes into a new ledger id, so that positions written again
         # after a machine crash lost unsynced entries never repeat a message id.
-        self.ledgers = LedgerIds(list(metadata.ledgers))
-        if not self.ledgers.rows and metadata.ledger_id:
-            self.ledgers.rows = [(metadata.ledger_id, 0)]  # written before ledger tracking
-        self.ledger_id = self.ledgers.open_next(
-            ledger.next_entry_id, ledger.first_entry_id, clock_ms() // 1000
-        )
-        metadata.ledger_id = self.ledger_id
-        metadata.ledgers = list(self.ledgers.rows)
-        metadata.save()
+        if ledgers is None:
+            ledgers = begin_ledger(
+                metadata, ledger.next_entry_id, ledger.first_entry_id, clock_ms() // 1000
+            )
+        self.ledgers = ledgers
+        self.ledger_id = ledgers.current
         self._current_first = self.ledgers.current_first
         self._mid_with_partition = MessageIdEncoder(self.ledger_id, self.partition_index)
         self._mid_for_receipts = MessageIdEncoder(self.ledger_id, -1)

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from magnetar.storage.metadata import TopicMetadata
 
 
 @dataclass
@@ -92,3 +96,17 @@ class LedgerIds:
         if end is not None and entry_id >= end:
             return end
         return entry_id
+
+
+def begin_ledger(
+    metadata: TopicMetadata, next_position: int, first_position: int, now_s: int
+) -> LedgerIds:
+    """Open a new ledger for a topic being loaded and persist it in its metadata
+    (fsynced) before anything is written under the new id."""
+    ids = LedgerIds(list(metadata.ledgers))
+    if not ids.rows and metadata.ledger_id:
+        ids.rows = [(metadata.ledger_id, 0)]  # written before ledgers were tracked
+    metadata.ledger_id = ids.open_next(next_position, first_position, now_s)
+    metadata.ledgers = list(ids.rows)
+    metadata.save()
+    return ids
