@@ -187,3 +187,30 @@ def test_a_long_run_of_delayed_entries_is_walked_in_bounded_rounds(
 
     more, position = asyncio.run_coroutine_threadsafe(one_round(), broker._loop).result(30)
     assert more and position == rounds.MAX_SKIPPED_PER_ROUND
+
+
+def test_delayed_messages_past_the_tracker_capacity_are_found_again_in_the_log(
+    tmp_path, client_factory  # type: ignore[no-untyped-def]
+) -> None:
+    capacity = 50
+    with EmbeddedBroker(data_dir=tmp_path, delayed_delivery_max_tracked=capacity) as broker:
+        client = client_factory(broker.service_url)
+        topic = "persistent://public/default/many-later"
+        consumer = client.subscribe(topic, "s", consumer_type=CT.Shared)
+        producer = client.create_producer(topic, batching_enabled=False)
+        count = capacity * 4
+        for i in range(count):
+            producer.send_async(f"later-{i}".encode(), None, deliver_after=timedelta(seconds=2))
+        producer.flush()
+        producer.send(b"now")
+        assert consumer.receive(timeout_millis=10_000).data() == b"now"
+        assert broker.service is not None
+        sub = broker.service.topics[topic].subscriptions["s"]
+        assert len(sub.delayed) <= capacity
+        got = set()
+        for _ in range(count):
+            msg = consumer.receive(timeout_millis=30_000)
+            consumer.acknowledge(msg)
+            got.add(msg.data())
+        assert got == {f"later-{i}".encode() for i in range(count)}
+        assert sub.delayed.overflow_from is None and len(sub.delayed) == 0

@@ -163,6 +163,13 @@ class BrokerConfig:
             "shared evenly between them"
         ),
     )
+    delayed_delivery_max_tracked: int = field(
+        default=50_000,
+        metadata=_help(
+            "delayed messages a subscription tracks in memory (about 170 bytes each); "
+            "past it, the rest are found again in the log as the tracked ones come due"
+        ),
+    )
     topic_idle_unload_seconds: float = field(
         default=300.0,
         metadata=_help(
@@ -251,6 +258,10 @@ class BrokerConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(name, getattr(self, name), "must be >= 0")
+        if self.delayed_delivery_max_tracked < 1:
+            raise ConfigError(
+                "delayed_delivery_max_tracked", self.delayed_delivery_max_tracked, "must be >= 1"
+            )
         if 0 < self.max_partitions_per_topic < self.default_partitions:
             raise ConfigError(
                 "default_partitions",

@@ -43,6 +43,8 @@ def dispatch_round(sub: Subscription) -> bool:
     if sub.delayed:
         for entry_id in sub.delayed.pop_due(now_ms):
             sub.replay.add(entry_id)
+    if sub.delayed.overflow_from is not None and sub.delayed.has_room:
+        rescan_overflow(sub, now_ms)
 
     if sub.replay:
         for entry_id in sorted(sub.replay):
@@ -83,7 +85,8 @@ def dispatch_round(sub: Subscription) -> bool:
             continue
         info = topic.entry_info(position)
         if honours_delay and info.deliver_at and info.deliver_at > now_ms:
-            sub.delayed.add(position, info.deliver_at)
+            if not sub.delayed.add(position, info.deliver_at):
+                sub.delayed.overflowed(position)
             position += 1
             skipped += 1
             continue
@@ -112,6 +115,34 @@ def dispatch_round(sub: Subscription) -> bool:
     if topic.terminated and position > last and not sub.replay:
         announce_end_of_topic(sub)
     return False
+
+
+def rescan_overflow(sub: Subscription, now_ms: int) -> None:
+    """Find again the delayed entries the full tracker could not keep: walk the log
+    from the first of them, at most MAX_SKIPPED_PER_ROUND entries a round, tracking
+    what is still due later and replaying what is due now."""
+    topic = sub.topic
+    tracker = sub.delayed
+    assert tracker.overflow_from is not None
+    position = max(tracker.overflow_from, topic.ledger.first_entry_id)
+    end = min(sub.read_position, position + MAX_SKIPPED_PER_ROUND)
+    while position < end:
+        if (
+            position in sub.pending
+            or position in sub.replay
+            or position in tracker
+            or sub.cursor.is_acked(position)
+        ):
+            position += 1
+            continue
+        info = topic.entry_info(position)
+        if info.deliver_at > now_ms:
+            if not tracker.add(position, info.deliver_at):
+                break  # full again: resume here once it drains
+        else:
+            sub.replay.add(position)
+        position += 1
+    tracker.overflow_from = position if position < sub.read_position else None
 
 
 def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) -> None:

@@ -350,6 +350,7 @@ class BrokerService:
             self.config.dispatch_before_sync,
             self._info_share,
             ledgers,
+            self.config.delayed_delivery_max_tracked,
         )
         topic.on_storage_failure = self._topic_failed
         self.topics[full] = topic

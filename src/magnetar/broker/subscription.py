@@ -72,7 +72,7 @@ class Subscription:
         self.replay: set[int] = set()
         self.pending: dict[int, Consumer] = {}
         self.redelivery_counts: dict[int, int] = {}
-        self.delayed = DelayedDeliveryTracker()
+        self.delayed = DelayedDeliveryTracker(topic.max_delayed_tracked)
         self._dispatch_scheduled = False
         self._delay_timer: asyncio.TimerHandle | None = None
         self._delay_due = 0

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from magnetar.broker.delayed import DEFAULT_CAPACITY as DEFAULT_DELAYED_CAPACITY
 from magnetar.broker.entry_info import EntryInfo, info_from_entry
 from magnetar.broker.exclusive import ProducerAccess
 from magnetar.broker.nondurable_cursor import NonDurableCursor
@@ -62,6 +63,7 @@ class Topic:
         dispatch_before_sync: bool = True,
         info_cache_limit: Callable[[], int] = lambda: _INFO_CACHE_MAX,
         ledgers: LedgerIds | None = None,  # begun already (by a loader thread)
+        max_delayed_tracked: int = DEFAULT_DELAYED_CAPACITY,
     ) -> None:
         self.topic_name = name
         self.name = str(name)
@@ -98,6 +100,7 @@ class Topic:
         self.dispatch_before_sync = dispatch_before_sync
         # This topic's share of the broker-wide bound on cached EntryInfo.
         self._info_limit = info_cache_limit
+        self.max_delayed_tracked = max_delayed_tracked  # per subscription
         if dispatch_before_sync:
             ledger.on_written = self._written
         for cursor_name in ledger.persisted_cursor_names():
