@@ -115,6 +115,14 @@ class BrokerConfig:
             "trickles; 0 disables (an in-process EmbeddedBroker uses 0)"
         ),
     )
+    loop_lag_probe_interval: float = field(
+        default=0.01,
+        metadata=_help(
+            "seconds between wake-ups of the event loop lag probe, which reports how "
+            "late they come (magnetar_event_loop_lag_seconds_max and stalls over 50 ms "
+            "on /metrics); 0 disables"
+        ),
+    )
     dispatch_before_sync: bool = field(
         default=True,
         metadata=_help(
@@ -247,6 +255,7 @@ class BrokerConfig:
             "inline_sync_max_seconds",
             "segment_reserve_max_bytes",
             "idle_poll_us",
+            "loop_lag_probe_interval",
             "cache_max_bytes",
             "default_partitions",
             "max_partitions_per_topic",

@@ -126,6 +126,7 @@ class _TopicCollector(Collector):
         forwarded.add_metric([], replies.forwarded)
         yield forwarded
         yield replies.round_trips.family()
+        yield from self.service.loop_lag.families()
 
 
 class BrokerMetrics:

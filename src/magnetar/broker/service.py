@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.config import BrokerConfig, ConfigError, listen_error, os_reason
 from magnetar.broker.connection import ServerCnx
 from magnetar.broker.idle_poll import IdlePoller
+from magnetar.broker.loop_lag import LoopLagProbe
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.rpc import ReplyRouter
 from magnetar.broker.topic import Topic, TopicUnavailable
@@ -42,6 +43,7 @@ class BrokerService:
         self.idle_poller: IdlePoller = None  # type: ignore[assignment]  # set by start()
         self.topics: dict[str, Topic] = {}
         self.connections: set[ServerCnx] = set()
+        self.loop_lag = LoopLagProbe(config.loop_lag_probe_interval)
         self.metrics = BrokerMetrics(self)
         self.replies = ReplyRouter(self)
         self._producer_seq = itertools.count()
@@ -107,6 +109,7 @@ class BrokerService:
         self._timers.append(self.loop.create_task(self._cursor_flusher()))
         self._timers.append(self.loop.create_task(self._retention()))
         self._timers.append(self.loop.create_task(self._idle_unloader()))
+        self._timers.append(self.loop.create_task(self.loop_lag.run()))
         log.info(
             "magnetar broker listening on %s (data in %s, sync policy %s)",
             self.config.service_url,
