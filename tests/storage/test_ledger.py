@@ -20,6 +20,7 @@ from magnetar.storage import (
     StorageError,
     fsutil,
 )
+from magnetar.storage.cache import ENTRY_OVERHEAD
 from magnetar.storage.sync_load import SyncLoad
 
 from .conftest import LedgerFactory
@@ -228,12 +229,13 @@ async def test_read_errors(make_ledger: LedgerFactory) -> None:
 
 
 async def test_cache_is_bounded_and_disk_reads_fill_in(make_ledger: LedgerFactory) -> None:
-    ledger = make_ledger(cache_max_bytes=1000, segment_max_bytes=1500)
+    per_entry = 100 + ENTRY_OVERHEAD
+    ledger = make_ledger(cache_max_bytes=10 * per_entry, segment_max_bytes=1500)
     for entry_id in range(100):
         ledger.append(payload(entry_id, size=100))
     await ledger.flush()
     cache = ledger._cache
-    assert cache.size_bytes <= 1000
+    assert cache.size_bytes <= 10 * per_entry
     assert len(cache) == 10
     assert cache.first_id == 90
 

@@ -135,7 +135,13 @@ class BrokerConfig:
         default=64 * 1024 * 1024, metadata=_help("size at which a segment file is rolled")
     )
     cache_max_bytes: int = field(
-        default=128 * 1024 * 1024, metadata=_help("bytes of recent entries kept in memory")
+        default=64 * 1024 * 1024,
+        metadata=_help(
+            "bytes of recent entries the whole broker keeps in memory (every topic, "
+            "persistent or not, together; each entry counts 48 bytes more than its "
+            "size); past it the least recently used topics' oldest entries are read "
+            "from disk again"
+        ),
     )
     max_message_size: int = field(
         default=DEFAULT_MAX_MESSAGE_SIZE, metadata=_help("largest message accepted, in bytes")

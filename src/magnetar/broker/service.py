@@ -66,6 +66,8 @@ class BrokerService:
         )
         self.store = Store(config.data_dir, ledger_config)
         scratch = config.data_dir / NON_PERSISTENT_DIR
+        # One entry cache for the whole broker: non-persistent topics draw from the
+        # persistent store's budget, so cache_max_bytes bounds them all together.
         self.scratch_store = Store(
             scratch,
             LedgerConfig(
@@ -74,6 +76,7 @@ class BrokerService:
                 sync_policy="interval",
                 sync_interval=1.0,
             ),
+            cache=self.store.cache,
         )
         self._scratch_dir = scratch
 

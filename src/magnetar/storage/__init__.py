@@ -5,7 +5,9 @@ and nothing about sockets or the Pulsar protocol.  Entries are opaque bytes (the
 broker stores them exactly as they came off the wire).
 
 - ``ManagedLedger`` (ledger.py): segment files with CRC-checked records, group
-  commit, a bounded tail cache, trimming, and the topic's cursors.
+  commit, a tail cache, trimming, and the topic's cursors.
+- ``CacheBudget`` (cache.py): the one byte bound the tail caches of a store's
+  ledgers share, evicting the least recently used ledger's oldest entries first.
 - ``ManagedCursor`` (cursor.py): a subscription's mark-delete position and
   individually acknowledged ranges.
 - ``TopicMetadata`` (metadata.py): ledger id, topic epoch, properties, schemas.
@@ -15,6 +17,7 @@ broker stores them exactly as they came off the wire).
   that refused to load with ``CorruptLedger``.
 """
 
+from magnetar.storage.cache import CacheBudget
 from magnetar.storage.cursor import ManagedCursor
 from magnetar.storage.errors import (
     CorruptLedger,
@@ -30,6 +33,7 @@ from magnetar.storage.repair import Truncation, truncate_at_corruption
 from magnetar.storage.store import Store
 
 __all__ = [
+    "CacheBudget",
     "CorruptLedger",
     "EntryNotFound",
     "LedgerClosed",

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
-from magnetar.storage.cache import EntryCache
+from magnetar.storage.cache import CacheBudget, EntryCache
 from magnetar.storage.cursor import ManagedCursor
 from magnetar.storage.cursor_store import CursorStore
 from magnetar.storage.errors import EntryNotFound, LedgerClosed, LedgerFailed, StorageError
@@ -72,11 +72,15 @@ class ManagedLedger:
     @classmethod
     def open(cls, directory: Path, config: LedgerConfig, *,
              executor: Executor | None = None,
-             sync_load: SyncLoad | None = None) -> ManagedLedger:
+             sync_load: SyncLoad | None = None,
+             cache_budget: CacheBudget | None = None) -> ManagedLedger:
         """Open (creating if needed) the ledger in ``directory`` and recover its segments.
 
         ``executor`` runs the fdatasyncs; None means the event loop's default executor.
         ``sync_load`` is shared by the ledgers on one disk and loop (None: its own).
+        ``cache_budget`` bounds the entry caches of the ledgers that share it (a
+        store's); None: a budget of ``config.cache_max_bytes`` for this ledger alone.
+        May run on a worker thread: nothing shared is touched before the first append.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -87,17 +91,20 @@ class ManagedLedger:
         except BaseException:
             os.close(lock_fd)
             raise
-        return cls(directory, config, segments, lock_fd, executor, sync_load)
+        return cls(directory, config, segments, lock_fd, executor, sync_load, cache_budget)
 
     def __init__(self, directory: Path, config: LedgerConfig, segments: list[Segment],
                  lock_fd: int, executor: Executor | None,
-                 sync_load: SyncLoad | None = None) -> None:
+                 sync_load: SyncLoad | None = None,
+                 cache_budget: CacheBudget | None = None) -> None:
         """Use ``ManagedLedger.open``; this only wires up already recovered segments."""
         self.directory = directory
         self.config = config
         self.stats = LedgerStats()
         self._lock_fd = lock_fd
-        self._cache = EntryCache(config.cache_max_bytes, segments[-1].end_entry_id)
+        if cache_budget is None:
+            cache_budget = CacheBudget(config.cache_max_bytes)
+        self._cache = EntryCache(cache_budget, segments[-1].end_entry_id)
         self._segments = SegmentSet(segments, self._cache, self.stats)
         self._pipeline = WritePipeline(
             directory, config, self._segments, self._cache, self.stats, executor,
@@ -310,6 +317,9 @@ class ManagedLedger:
         shutil.rmtree(self.directory)
 
     def _release(self) -> None:
+        # A closed ledger's entries leave the shared cache (the loop's thread, unless
+        # the ledger never appended: then there is nothing to give back).
+        self._cache.clear(self._pipeline.next_id)
         self._pipeline.close_files()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # also drops the flock

@@ -20,6 +20,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from magnetar.storage.cache import CacheBudget
 from magnetar.storage.errors import StorageCorruption
 from magnetar.storage.fsutil import atomic_write, fsync_dir
 from magnetar.storage.ledger import LedgerConfig, ManagedLedger
@@ -70,12 +71,20 @@ def too_long_for_a_file(name: str) -> str | None:
 
 
 class Store:
-    """The data directory: where each topic's ledger and metadata live."""
+    """The data directory: where each topic's ledger and metadata live.
+
+    Its ledgers share one entry-cache budget (``cache``, ``config.cache_max_bytes``
+    for all of them together, or another store's when given one).
+    """
 
     def __init__(self, root: Path, config: LedgerConfig, *,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None,
+                 cache: CacheBudget | None = None) -> None:
+        """``cache`` is the entry-cache budget of this store's ledgers; None: one of
+        ``config.cache_max_bytes`` of its own (pass another store's to share it)."""
         self.root = Path(root)
         self.config = config
+        self.cache = cache if cache is not None else CacheBudget(config.cache_max_bytes)
         self._executor = executor  # for the ledgers' fdatasyncs; None = loop default
         self._sync_load = SyncLoad()  # one disk, one loop: the ledgers judge it together
         self.root.mkdir(parents=True, exist_ok=True)
@@ -91,7 +100,8 @@ class Store:
 
     def open_ledger(self, topic: str) -> ManagedLedger:
         return ManagedLedger.open(
-            self.topic_dir(topic), self.config, executor=self._executor, sync_load=self._sync_load
+            self.topic_dir(topic), self.config, executor=self._executor,
+            sync_load=self._sync_load, cache_budget=self.cache,
         )
 
     def truncate_at_corruption(self, topic: str, *,
