@@ -170,6 +170,36 @@ class BrokerConfig:
             "reconnects elsewhere; silent, it is dropped and the newcomer takes over"
         ),
     )
+    connect_timeout: float = field(
+        default=10.0,
+        metadata=_help(
+            "seconds a new connection has to send CONNECT; one that has not is closed; "
+            "0 disables"
+        ),
+    )
+    frame_timeout: float = field(
+        default=30.0,
+        metadata=_help(
+            "seconds a frame has to arrive in full, counted from its first byte (a peer "
+            "trickling a byte now and then gains nothing); past it the connection is "
+            "closed; 0 disables"
+        ),
+    )
+    max_connections: int = field(
+        default=10000,
+        metadata=_help(
+            "connections the broker holds at once; past it a new one gets an error "
+            "(too many connections) and is closed; 0: no limit"
+        ),
+    )
+    max_connections_per_ip: int = field(
+        default=0,
+        metadata=_help(
+            "connections one client address may hold at once (as Pulsar's "
+            "brokerMaxConnectionsPerIp); past it a new one gets an error and is "
+            "closed; 0: no limit"
+        ),
+    )
     entry_info_cache_max_entries: int = field(
         default=50_000,
         metadata=_help(
@@ -270,6 +300,10 @@ class BrokerConfig:
             "rpc_max_held_bytes",
             "topic_idle_unload_seconds",
             "entry_info_cache_max_entries",
+            "connect_timeout",
+            "frame_timeout",
+            "max_connections",
+            "max_connections_per_ip",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(name, getattr(self, name), "must be >= 0")

@@ -4,6 +4,11 @@ commands go to the handlers in broker/handlers/.
 Writes are gathered and flushed once per event-loop iteration, so a burst of
 receipts or messages costs one syscall. A connection that cannot keep up
 (transport paused) stops receiving dispatches until it drains.
+
+A connection holds nothing for long on a peer's word: one that has not sent CONNECT
+within ``connect_timeout`` is closed, and so is one whose partial frame is not
+complete ``frame_timeout`` after its first byte (slowloris); past ``max_connections``
+(or ``max_connections_per_ip``) a new connection is told so and closed.
 """
 
 from __future__ import annotations
@@ -68,6 +73,12 @@ class ServerCnx(asyncio.Protocol):
         self._ping_outstanding = False
         self._liveness_waiters: list[Callable[[bool], None]] = []
         self._liveness_timer: asyncio.TimerHandle | None = None
+        self._admitted = False  # counted by service.connection_limits
+        self._ip = "?"
+        self._connect_timer: asyncio.TimerHandle | None = None
+        self._frame_timeout = service.config.frame_timeout
+        self._frame_timer: asyncio.TimerHandle | None = None
+        self._partial_since: float | None = None  # when the partial frame's first byte came
 
     # ------------------------------------------------------------ transport
 
@@ -79,15 +90,33 @@ class ServerCnx(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._ip = str(peer[0]) if peer else "?"
+        refusal = self.service.connection_limits.admit(self._ip)
+        if refusal is not None:
+            # Never alive: nothing it sends is read, and it holds no slot.
+            log.warning("refusing connection %s from %s: %s", self.id, self.remote_address, refusal)
+            self.write_error(0, pb.TooManyRequests, refusal)
+            self._flush()
+            self.transport.close()
+            return
+        self._admitted = True
         self.alive = True
         self._last_seen = self.loop.time()
         self.service.connection_opened(self)
         self._arm_keepalive()
+        connect_timeout = self.service.config.connect_timeout
+        if connect_timeout > 0:
+            self._connect_timer = self.loop.call_later(connect_timeout, self._connect_expired)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.alive = False
-        if self._keepalive is not None:
-            self._keepalive.cancel()
+        if not self._admitted:
+            return
+        self._admitted = False
+        self.service.connection_limits.release(self._ip)
+        for timer in (self._keepalive, self._connect_timer, self._frame_timer):
+            if timer is not None:
+                timer.cancel()
         self._liveness_settled(False)
         log.debug("connection %s from %s closed", self.id, self.remote_address)
         self._release_everything()
@@ -102,13 +131,27 @@ class ServerCnx(asyncio.Protocol):
             consumer.subscription.schedule_dispatch()
 
     def data_received(self, data: bytes) -> None:
-        self._last_seen = self.loop.time()
+        if not self.alive:
+            return  # refused, or being closed: nothing more is read from it
+        self._last_seen = now = self.loop.time()
         self._activity()
+        decoder = self.decoder
         try:
-            frames = self.decoder.feed(data)
+            frames = decoder.feed(data)
         except ProtocolError as exc:
             self._framing_failure(exc)
             return
+        if decoder.buffered:
+            # A partial frame: its clock starts with its first byte, which came now
+            # unless the same frame was already partial before this read.
+            if frames or self._partial_since is None:
+                self._partial_since = now
+                if self._frame_timer is None and self._frame_timeout > 0:
+                    self._frame_timer = self.loop.call_later(
+                        self._frame_timeout, self._check_partial_frame
+                    )
+        else:
+            self._partial_since = None
         for frame in frames:
             if not self.alive:
                 return
@@ -116,6 +159,49 @@ class ServerCnx(asyncio.Protocol):
         failure = self.decoder.failure  # after the good frames that came before it
         if failure is not None and self.alive:
             self._framing_failure(failure)
+
+    def _check_partial_frame(self) -> None:
+        """The frame timer: close the connection if the partial frame has waited
+        ``frame_timeout`` since its first byte, else wait for what is left of it.
+        One timer serves every frame, so the fast path arms none."""
+        self._frame_timer = None
+        if not self.alive or self._partial_since is None:
+            return
+        waited = self.loop.time() - self._partial_since
+        if waited < self._frame_timeout:
+            self._frame_timer = self.loop.call_later(
+                self._frame_timeout - waited, self._check_partial_frame
+            )
+            return
+        declared = self.decoder.partial_size
+        size = f"of {declared} bytes " if declared is not None else ""
+        self._drop(
+            f"a frame {size}was not complete {waited:.1f}s after its first byte "
+            f"({self.decoder.buffered} bytes came; frame_timeout {self._frame_timeout:g}s)",
+            pb.ServiceNotReady,
+        )
+
+    def _connect_expired(self) -> None:
+        self._connect_timer = None
+        if self.alive and not self.connected:
+            self._drop(
+                f"no CONNECT within {self.service.config.connect_timeout:g}s (connect_timeout)",
+                pb.ServiceNotReady,
+            )
+
+    def _drop(self, reason: str, error: int) -> None:
+        """Close a connection the broker gives up on, saying why (one warning line,
+        and an ERROR to the peer). A peer that does not read cannot hold it open:
+        what cannot be written at once is dropped with the connection."""
+        log.warning("closing connection %s from %s: %s", self.id, self.remote_address, reason)
+        self.write_error(0, error, reason)
+        self.alive = False
+        self._flush()
+        transport = self.transport
+        if transport is not None and transport.get_write_buffer_size() > 0:
+            self.abort()
+        else:
+            self.close()
 
     def _framing_failure(self, exc: ProtocolError) -> None:
         if isinstance(exc, FrameTooLarge):
@@ -308,6 +394,9 @@ class ServerCnx(asyncio.Protocol):
             raise CommandError(pb.NotAllowedError, "CONNECT sent twice on one connection")
         connect = command.connect
         self.connected = True
+        if self._connect_timer is not None:
+            self._connect_timer.cancel()
+            self._connect_timer = None
         self.client_version = connect.client_version
         self.protocol_version = min(connect.protocol_version, MAX_PROTOCOL_VERSION)
         self.supports_request_reply = connect.feature_flags.supports_request_reply

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.config import BrokerConfig, ConfigError, listen_error, os_reason
 from magnetar.broker.connection import ServerCnx
 from magnetar.broker.idle_poll import IdlePoller
+from magnetar.broker.limits import ConnectionLimits
 from magnetar.broker.loop_lag import LoopLagProbe
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.rpc import ReplyRouter
@@ -43,6 +44,9 @@ class BrokerService:
         self.idle_poller: IdlePoller = None  # type: ignore[assignment]  # set by start()
         self.topics: dict[str, Topic] = {}
         self.connections: set[ServerCnx] = set()
+        self.connection_limits = ConnectionLimits(
+            config.max_connections, config.max_connections_per_ip
+        )
         self.loop_lag = LoopLagProbe(config.loop_lag_probe_interval)
         self.metrics = BrokerMetrics(self)
         self.replies = ReplyRouter(self)

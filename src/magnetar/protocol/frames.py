@@ -70,7 +70,9 @@ class FrameDecoder:
     """Accumulates bytes and yields whole frames.
 
     A declared size over ``max_frame_size`` raises :class:`FrameTooLarge` as soon
-    as the four size bytes are seen, before any of the frame is buffered.
+    as the four size bytes are seen, before any of the frame is buffered. A partial
+    frame holds the bytes that arrived, never room for the size it declares: a peer
+    that declares 5 MB and sends ten bytes costs ten bytes.
     """
 
     __slots__ = ("_buf", "failure", "max_frame_size")
@@ -83,7 +85,16 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
+        """Bytes held of a frame not yet complete."""
         return len(self._buf)
+
+    @property
+    def partial_size(self) -> int | None:
+        """The full size (size field included) of the frame being accumulated, once
+        its four size bytes are in; None when nothing or less is buffered."""
+        if len(self._buf) < 4:
+            return None
+        return int(_U32.unpack_from(self._buf, 0)[0]) + 4
 
     def feed(self, data: bytes) -> list[Frame]:
         """The whole frames that ``data`` completes.
