@@ -161,9 +161,12 @@ class BrokerService:
         while True:
             await asyncio.sleep(self.config.cursor_flush_interval)
             self.replies.expire()
+            # The cursor files are written and fsynced on a worker thread, one topic
+            # at a time so that the fsyncs of publishes never queue behind many of them.
             for topic in list(self.topics.values()):
                 try:
-                    topic.ledger.flush_cursors()
+                    if topic.ledger.has_dirty_cursors():
+                        await topic.ledger.flush_cursors_async()
                 except Exception:
                     log.exception("flushing cursors of %s failed", topic.name)
 

@@ -2,14 +2,24 @@
 
 A cursor is the mark-delete position (every entry id up to it is acknowledged) plus
 the ids acknowledged individually above it, kept as ranges.  It is persisted as one
-small JSON file, replaced atomically, whenever the broker asks (``flush``); between
-two flushes an acknowledgement can be lost, which means redelivery, never loss.
+small JSON file, replaced atomically, whenever the broker asks; between two flushes
+an acknowledgement can be lost, which means redelivery, never loss.
+
+Persisting comes in two halves so that the file work can leave the event loop:
+``snapshot`` (on the loop, cheap: the state encoded, with the version it has) and
+``write`` (any thread: the atomic replace with its fsyncs).  Every change bumps the
+version; a cursor is clean when the file holds its current version, so an ack that
+arrives while a snapshot is being written leaves it dirty for the next flush.  A
+per-cursor lock orders the writes, and a snapshot older than what the file already
+holds is not written (a synchronous ``flush`` may overtake a worker's write).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -33,11 +43,21 @@ def cursor_name_from_file(filename: str) -> str | None:
     return unquote(filename[: -len(_SUFFIX)])
 
 
+@dataclass(frozen=True, slots=True)
+class CursorSnapshot:
+    """A cursor's state as it was when taken, encoded for its file."""
+
+    cursor: ManagedCursor
+    version: int
+    data: bytes
+
+
 class ManagedCursor:
     """Position of one durable subscription.
 
     Changing ``properties`` in place does not mark the cursor dirty: use
-    ``set_properties`` (or set ``dirty``) so the change is persisted.
+    ``set_properties`` (or set ``dirty``) so the change is persisted.  Loop thread
+    only, but for ``write`` (any thread).
     """
 
     def __init__(self, name: str, path: Path, mark_delete: int = -1,
@@ -46,8 +66,23 @@ class ManagedCursor:
         self.path = path
         self.mark_delete = max(mark_delete, -1)
         self.properties: dict[str, str] = dict(properties or {})
-        self.dirty = False
+        self._version = 0  # bumped by every change
+        self._written_version = 0  # the version the file holds (set under _write_lock)
+        self._write_lock = threading.Lock()
+        self._discarded = False  # deleted: no more writes (under _write_lock)
         self._acked = RangeSet()  # individually acked ids, all > mark_delete
+
+    @property
+    def dirty(self) -> bool:
+        """Changed since the file was last written."""
+        return self._version != self._written_version
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        if value:
+            self._version += 1
+        else:  # the caller vouches that the file holds the current state
+            self._written_version = self._version
 
     def __repr__(self) -> str:
         return (f"<ManagedCursor {self.name!r} mark_delete={self.mark_delete} "
@@ -116,13 +151,35 @@ class ManagedCursor:
             "properties": self.properties,
         }
 
-    def flush(self) -> None:
-        """Persist the cursor if it changed (tmp file, fsync, rename, fsync dir)."""
-        if not self.dirty:
-            return
+    def snapshot(self) -> CursorSnapshot:
+        """The current state, ready for ``write`` (loop thread; cheap)."""
         data = json.dumps(self.to_json(), separators=(",", ":")).encode()
-        atomic_write(self.path, data)
-        self.dirty = False
+        return CursorSnapshot(self, self._version, data)
+
+    def write(self, snapshot: CursorSnapshot) -> bool:
+        """Persist ``snapshot`` (tmp file, fsync, rename, fsync dir); any thread.
+
+        Returns False without writing if the file already holds that version or a
+        later one, or if the cursor was deleted.  The cursor is clean afterwards only
+        if nothing changed since the snapshot was taken.  OSError if the write fails
+        (the cursor stays dirty).
+        """
+        with self._write_lock:
+            if self._discarded or snapshot.version <= self._written_version:
+                return False
+            atomic_write(self.path, snapshot.data)
+            self._written_version = snapshot.version
+            return True
+
+    def flush(self) -> None:
+        """Persist the cursor now, on the calling thread, if it changed."""
+        if self.dirty:
+            self.write(self.snapshot())
+
+    def discard(self) -> None:
+        """The cursor is being deleted: wait for a write in progress, refuse later ones."""
+        with self._write_lock:
+            self._discarded = True
 
     @classmethod
     def load(cls, path: Path) -> ManagedCursor:

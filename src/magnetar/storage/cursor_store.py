@@ -2,7 +2,9 @@
 
 Owns opening (loading or creating), deleting, listing and flushing the cursors of
 one topic, the lowest durable mark-delete position for trimming, and rewinding
-cursors that acknowledged past the end of the log.
+cursors that acknowledged past the end of the log.  A flush is either synchronous
+(``flush``) or split in two: ``snapshots`` on the loop and ``write_snapshots`` on a
+worker thread (see ``cursor.py``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from magnetar.storage.cursor import ManagedCursor, cursor_name_from_file, cursor_path
+from magnetar.storage.cursor import (
+    CursorSnapshot,
+    ManagedCursor,
+    cursor_name_from_file,
+    cursor_path,
+)
 from magnetar.storage.fsutil import fsync_dir
 
 logger = logging.getLogger("magnetar.storage")
@@ -70,7 +77,9 @@ class CursorStore:
 
     def delete(self, name: str) -> None:
         """Forget the cursor and remove its file (no error if there is none)."""
-        self.cursors.pop(name, None)
+        cursor = self.cursors.pop(name, None)
+        if cursor is not None:
+            cursor.discard()  # a worker's write in progress cannot bring the file back
         path = self.path(name)
         try:
             path.unlink()
@@ -88,6 +97,30 @@ class CursorStore:
         return names
 
     def flush(self) -> None:
-        """Persist every dirty cursor."""
+        """Persist every dirty cursor, on the calling thread."""
         for cursor in list(self.cursors.values()):
             cursor.flush()
+
+    def has_dirty(self) -> bool:
+        return any(cursor.dirty for cursor in self.cursors.values())
+
+    def snapshots(self) -> list[CursorSnapshot]:
+        """The state of every dirty cursor, for ``write_snapshots`` (loop thread)."""
+        return [cursor.snapshot() for cursor in self.cursors.values() if cursor.dirty]
+
+    def discard_all(self) -> None:
+        """The cursors are being deleted with the ledger: no write may follow."""
+        for cursor in self.cursors.values():
+            cursor.discard()
+
+    @staticmethod
+    def write_snapshots(snapshots: list[CursorSnapshot]) -> list[tuple[str, Exception]]:
+        """Worker thread: write each snapshot; returns the cursors whose write failed
+        (they stay dirty, so the next flush tries again) with their errors."""
+        failures: list[tuple[str, Exception]] = []
+        for snapshot in snapshots:
+            try:
+                snapshot.cursor.write(snapshot)
+            except Exception as exc:
+                failures.append((snapshot.cursor.name, exc))
+        return failures

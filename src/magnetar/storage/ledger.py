@@ -15,8 +15,11 @@ synced-offset record (``synced_offset.py``); ``repair.py`` cuts a ledger it refu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
+import functools
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -24,7 +27,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 
 from magnetar.storage.cache import CacheBudget, EntryCache
-from magnetar.storage.cursor import ManagedCursor
+from magnetar.storage.cursor import CursorSnapshot, ManagedCursor
 from magnetar.storage.cursor_store import CursorStore
 from magnetar.storage.errors import EntryNotFound, LedgerClosed, LedgerFailed, StorageError
 from magnetar.storage.fsutil import fdatasync
@@ -43,6 +46,8 @@ __all__ = [
     "ManagedLedger",
     "fdatasync",
 ]
+
+logger = logging.getLogger("magnetar.storage")
 
 
 def _fdatasync(fd: int) -> None:
@@ -65,8 +70,9 @@ def _lock_directory(directory: Path) -> int:
 class ManagedLedger:
     """The append-only log of one topic: segment files plus cursors.
 
-    Not thread-safe: use it from the event loop thread (only fdatasync and segment
-    creation run on worker threads, and they touch nothing but file descriptors).
+    Not thread-safe: use it from the event loop thread (only fdatasync, segment
+    creation and cursor writes run on worker threads, and they touch nothing but
+    files and the cursors' written versions).
     """
 
     @classmethod
@@ -110,8 +116,10 @@ class ManagedLedger:
             directory, config, self._segments, self._cache, self.stats, executor,
             sync_load if sync_load is not None else SyncLoad(), _fdatasync,
         )
+        self._executor = executor
         self._cursors = CursorStore(directory, directory / "cursors")
         self.cursors: dict[str, ManagedCursor] = self._cursors.cursors
+        self._cursor_job: asyncio.Future[list[tuple[str, Exception]]] | None = None
 
     def __repr__(self) -> str:
         pipeline = self._pipeline
@@ -281,8 +289,51 @@ class ManagedLedger:
         return self._cursors.persisted_names()
 
     def flush_cursors(self) -> None:
-        """Persist every dirty cursor."""
+        """Persist every dirty cursor now, on the calling thread (it waits for a
+        worker's cursor write in progress)."""
         self._cursors.flush()
+
+    def has_dirty_cursors(self) -> bool:
+        return self._cursors.has_dirty()
+
+    async def flush_cursors_async(self) -> None:
+        """Persist every dirty cursor with the file work on a worker thread.
+
+        The cursors' state is taken on the loop (cheap); the writes and their fsyncs
+        run in the ledger's executor, one job for all of them. A cursor is clean
+        afterwards only if its write succeeded and nothing changed it meanwhile; a
+        write that fails is logged and the cursor stays dirty, for the next flush.
+        A flush in progress is waited for first. Cancelling the caller does not stop
+        a job that started: its outcome is still logged and recorded.
+        """
+        while self._cursor_job is not None:
+            await asyncio.wait([self._cursor_job])
+        if self._pipeline.state is State.CLOSED:
+            return
+        snapshots = self._cursors.snapshots()
+        if not snapshots:
+            return
+        job = asyncio.get_running_loop().run_in_executor(
+            self._executor, self._cursors.write_snapshots, snapshots
+        )
+        self._cursor_job = job
+        job.add_done_callback(functools.partial(self._cursor_job_done, snapshots))
+        await asyncio.wait([job])
+
+    def _cursor_job_done(self, snapshots: list[CursorSnapshot],
+                         job: asyncio.Future[list[tuple[str, Exception]]]) -> None:
+        if self._cursor_job is job:
+            self._cursor_job = None
+        if job.cancelled():
+            return
+        exc = job.exception()
+        if exc is not None:
+            logger.error("%s: writing %d cursor(s) failed: %r; retried at the next flush",
+                         self.directory, len(snapshots), exc)
+            return
+        for name, error in job.result():
+            logger.error("%s: cannot persist cursor %s: %r; retried at the next flush",
+                         self.directory, name, error)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -298,8 +349,12 @@ class ManagedLedger:
                 # A failure was logged already; closing must still release the files.
                 with contextlib.suppress(LedgerFailed):
                     await pipeline.flush()
+            await self.flush_cursors_async()
+            # Acks that came while the workers wrote: rare and few, written right here.
             self.flush_cursors()
         finally:
+            if self._cursor_job is not None:  # the caller was cancelled meanwhile
+                await asyncio.wait([self._cursor_job])
             await pipeline.stop()
             self._release()
 
@@ -312,6 +367,7 @@ class ManagedLedger:
     def delete(self) -> None:
         """Close the files and remove the whole directory; unwritten entries are dropped."""
         self._pipeline.abort()
+        self._cursors.discard_all()  # a cursor write in progress ends before the rmtree
         self._release()
         self.cursors.clear()
         shutil.rmtree(self.directory)
