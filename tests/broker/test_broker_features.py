@@ -158,7 +158,9 @@ def test_cached_entry_metadata_is_bounded_broker_wide(
         client = client_factory(broker.service_url)
         names = [f"info-{i}" for i in range(4)]
         for count, name in zip((2000, 10, 10, 2000), names, strict=True):
-            producer = client.create_producer(name, batching_enabled=False)
+            producer = client.create_producer(
+                name, batching_enabled=False, block_if_queue_full=True
+            )
             for _ in range(count):
                 producer.send_async(b"x", None)
             producer.flush()

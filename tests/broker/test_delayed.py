@@ -169,7 +169,7 @@ def test_a_long_run_of_delayed_entries_is_walked_in_bounded_rounds(
     from magnetar.broker import dispatch_round as rounds
 
     consumer = client.subscribe(topic, "many-delayed", consumer_type=CT.Shared)
-    producer = client.create_producer(topic, batching_enabled=False)
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
     count = rounds.MAX_SKIPPED_PER_ROUND * 2 + 10
     for _ in range(count):
         producer.send_async(b"later", None, deliver_after=timedelta(seconds=600))
@@ -197,7 +197,7 @@ def test_delayed_messages_past_the_tracker_capacity_are_found_again_in_the_log(
         client = client_factory(broker.service_url)
         topic = "persistent://public/default/many-later"
         consumer = client.subscribe(topic, "s", consumer_type=CT.Shared)
-        producer = client.create_producer(topic, batching_enabled=False)
+        producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
         count = capacity * 4
         for i in range(count):
             producer.send_async(f"later-{i}".encode(), None, deliver_after=timedelta(seconds=2))
