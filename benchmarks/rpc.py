@@ -170,9 +170,25 @@ async def _respond_pip371(
         consumer = await _subscribe(client, topic)
 
         async def serve() -> None:
+            # A reply returns once the broker accepted it (one round trip), so the
+            # responder answers requests concurrently rather than one after another;
+            # a refused reply fails the run.
+            loop = asyncio.get_running_loop()
+            replying: set[asyncio.Task[None]] = set()
+            failures: list[BaseException] = []
+
+            def settled(task: asyncio.Task[None]) -> None:
+                replying.discard(task)
+                if not task.cancelled() and task.exception() is not None:
+                    failures.append(task.exception())  # type: ignore[arg-type]
+
             while True:
                 msg = await consumer.receive()
-                await consumer.acknowledge(msg, reply=msg.value)
+                if failures:
+                    raise AssertionError(f"reply refused: {failures[0]!r}")
+                task = loop.create_task(consumer.acknowledge(msg, reply=msg.value))
+                replying.add(task)
+                task.add_done_callback(settled)
 
         await _until(stop, ready, serve())
 

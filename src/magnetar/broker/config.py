@@ -143,6 +143,14 @@ class BrokerConfig:
             "from disk again"
         ),
     )
+    max_open_segment_files: int = field(
+        default=512,
+        metadata=_help(
+            "segment files no longer written to (sealed) that the broker keeps open "
+            "for reads, all topics together; the least recently read are closed past "
+            "it and opened again when read (each topic's active segment stays open)"
+        ),
+    )
     max_message_size: int = field(
         default=DEFAULT_MAX_MESSAGE_SIZE, metadata=_help("largest message accepted, in bytes")
     )
@@ -310,6 +318,10 @@ class BrokerConfig:
         if self.delayed_delivery_max_tracked < 1:
             raise ConfigError(
                 "delayed_delivery_max_tracked", self.delayed_delivery_max_tracked, "must be >= 1"
+            )
+        if self.max_open_segment_files < 1:
+            raise ConfigError(
+                "max_open_segment_files", self.max_open_segment_files, "must be >= 1"
             )
         if 0 < self.max_partitions_per_topic < self.default_partitions:
             raise ConfigError(

@@ -67,11 +67,13 @@ class BrokerService:
             inline_sync_max_entries=config.inline_sync_max_entries,
             inline_sync_max_seconds=config.inline_sync_max_seconds,
             reserve_max_bytes=config.segment_reserve_max_bytes,
+            max_open_segment_files=config.max_open_segment_files,
         )
         self.store = Store(config.data_dir, ledger_config)
         scratch = config.data_dir / NON_PERSISTENT_DIR
-        # One entry cache for the whole broker: non-persistent topics draw from the
-        # persistent store's budget, so cache_max_bytes bounds them all together.
+        # One entry cache and one bound on open sealed segments for the whole broker:
+        # non-persistent topics draw from the persistent store's, so cache_max_bytes
+        # and max_open_segment_files bound them all together.
         self.scratch_store = Store(
             scratch,
             LedgerConfig(
@@ -81,6 +83,7 @@ class BrokerService:
                 sync_interval=1.0,
             ),
             cache=self.store.cache,
+            segment_files=self.store.segment_files,
         )
         self._scratch_dir = scratch
 

@@ -8,6 +8,8 @@ broker stores them exactly as they came off the wire).
   commit, a tail cache, trimming, and the topic's cursors.
 - ``CacheBudget`` (cache.py): the one byte bound the tail caches of a store's
   ledgers share, evicting the least recently used ledger's oldest entries first.
+- ``SegmentFiles`` (segment_files.py): the bound on the open files of a store's
+  sealed segments, closing the least recently read ones.
 - ``ManagedCursor`` (cursor.py): a subscription's mark-delete position and
   individually acknowledged ranges.
 - ``TopicMetadata`` (metadata.py): ledger id, topic epoch, properties, schemas.
@@ -30,6 +32,7 @@ from magnetar.storage.errors import (
 from magnetar.storage.ledger import LedgerConfig, LedgerStats, ManagedLedger
 from magnetar.storage.metadata import SchemaEntry, TopicMetadata
 from magnetar.storage.repair import Truncation, truncate_at_corruption
+from magnetar.storage.segment_files import SegmentFiles
 from magnetar.storage.store import Store
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "ManagedCursor",
     "ManagedLedger",
     "SchemaEntry",
+    "SegmentFiles",
     "StorageCorruption",
     "StorageError",
     "Store",

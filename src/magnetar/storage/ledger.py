@@ -4,7 +4,8 @@ A facade over three parts, each in its own module:
 
 - ``write_pipeline.py``: append, group commit, fsync jobs (inline or on workers) and
   segment rolls (``sync_jobs.py`` holds the system calls those jobs make);
-- ``segment_set.py``: the segment files, finding an entry's segment, reads, trim;
+- ``segment_set.py``: the segment files, finding an entry's segment, reads, trim
+  (sealed segments open their file through the store's ``segment_files.py`` bound);
 - ``cursor_store.py``: opening, deleting, listing and flushing the cursors.
 
 ``recovery.py`` decides what of the files survives a crash when the ledger opens,
@@ -34,6 +35,7 @@ from magnetar.storage.fsutil import fdatasync
 from magnetar.storage.ledger_config import SYNC_POLICIES, LedgerConfig, LedgerStats
 from magnetar.storage.recovery import recover_segments
 from magnetar.storage.segment import Segment
+from magnetar.storage.segment_files import SegmentFiles
 from magnetar.storage.segment_set import DEFAULT_READ_MAX_BYTES, SegmentSet
 from magnetar.storage.sync_load import SyncLoad
 from magnetar.storage.write_pipeline import State, WritePipeline
@@ -79,13 +81,16 @@ class ManagedLedger:
     def open(cls, directory: Path, config: LedgerConfig, *,
              executor: Executor | None = None,
              sync_load: SyncLoad | None = None,
-             cache_budget: CacheBudget | None = None) -> ManagedLedger:
+             cache_budget: CacheBudget | None = None,
+             segment_files: SegmentFiles | None = None) -> ManagedLedger:
         """Open (creating if needed) the ledger in ``directory`` and recover its segments.
 
         ``executor`` runs the fdatasyncs; None means the event loop's default executor.
         ``sync_load`` is shared by the ledgers on one disk and loop (None: its own).
         ``cache_budget`` bounds the entry caches of the ledgers that share it (a
         store's); None: a budget of ``config.cache_max_bytes`` for this ledger alone.
+        ``segment_files`` likewise bounds the open files of sealed segments (None:
+        ``config.max_open_segment_files`` for this ledger alone).
         May run on a worker thread: nothing shared is touched before the first append.
         """
         directory = Path(directory)
@@ -97,12 +102,14 @@ class ManagedLedger:
         except BaseException:
             os.close(lock_fd)
             raise
-        return cls(directory, config, segments, lock_fd, executor, sync_load, cache_budget)
+        return cls(directory, config, segments, lock_fd, executor, sync_load, cache_budget,
+                   segment_files)
 
     def __init__(self, directory: Path, config: LedgerConfig, segments: list[Segment],
                  lock_fd: int, executor: Executor | None,
                  sync_load: SyncLoad | None = None,
-                 cache_budget: CacheBudget | None = None) -> None:
+                 cache_budget: CacheBudget | None = None,
+                 segment_files: SegmentFiles | None = None) -> None:
         """Use ``ManagedLedger.open``; this only wires up already recovered segments."""
         self.directory = directory
         self.config = config
@@ -111,7 +118,9 @@ class ManagedLedger:
         if cache_budget is None:
             cache_budget = CacheBudget(config.cache_max_bytes)
         self._cache = EntryCache(cache_budget, segments[-1].end_entry_id)
-        self._segments = SegmentSet(segments, self._cache, self.stats)
+        if segment_files is None:
+            segment_files = SegmentFiles(config.max_open_segment_files)
+        self._segments = SegmentSet(segments, self._cache, self.stats, segment_files)
         self._pipeline = WritePipeline(
             directory, config, self._segments, self._cache, self.stats, executor,
             sync_load if sync_load is not None else SyncLoad(), _fdatasync,

@@ -43,6 +43,10 @@ class LedgerConfig:
     # recorded offset instead of cutting it as a torn tail; the record lags by up to
     # this much.  0: after every sync that is not already being recorded.
     synced_record_interval: float = 1.0
+    # Sealed segments that may keep their file open for reads at once: of the store
+    # (every ledger of it together), or of a ledger opened on its own. The least
+    # recently read ones close their file beyond it and open it again on a read.
+    max_open_segment_files: int = 512
 
     def __post_init__(self) -> None:
         if self.sync_policy not in SYNC_POLICIES:
@@ -59,6 +63,8 @@ class LedgerConfig:
             raise ValueError("reserve_max_bytes must not be negative")
         if not self.synced_record_interval >= 0:
             raise ValueError("synced_record_interval must not be negative")
+        if self.max_open_segment_files < 1:
+            raise ValueError("max_open_segment_files must be at least 1")
 
 
 @dataclass

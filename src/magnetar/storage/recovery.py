@@ -44,7 +44,6 @@ logger = logging.getLogger("magnetar.storage")
 
 # No O_APPEND: the ledger writes at explicit offsets, into space it reserved ahead.
 ACTIVE_FLAGS = os.O_RDWR | os.O_CLOEXEC
-SEALED_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 
 # Called with each segment file that load CRC-scans (tests count them).
 on_scan: Callable[[Path], None] | None = None
@@ -179,8 +178,9 @@ def _unlink_segment(path: Path) -> None:
 def recover_segments(directory: Path) -> list[Segment]:
     """Open every segment in ``directory`` (creating the first one if there is none).
 
-    Returns the segments oldest first; the last one is open for appending.  Segments
-    are checked newest first so that a gap is found before the stale files behind it
+    Returns the segments oldest first; the last one is open for appending, the
+    sealed ones are not open (their reads open them, see ``segment_files.py``).
+    Segments are checked newest first so that a gap is found before the stale files behind it
     are loaded.
     """
     directory.mkdir(parents=True, exist_ok=True)
@@ -248,16 +248,9 @@ def recover_segments(directory: Path) -> list[Segment]:
         fsync_dir(directory)
     kept.reverse()
 
-    segments: list[Segment] = []
-    try:
-        for position, (first, path, result, verified) in enumerate(kept):
-            flags = ACTIVE_FLAGS if position == len(kept) - 1 else SEALED_FLAGS
-            fd = os.open(path, flags)
-            segments.append(
-                Segment(path, first, fd, result.offsets, result.valid_size, verified)
-            )
-    except BaseException:
-        for segment in segments:
-            segment.close()
-        raise
+    segments = [
+        Segment(path, first, -1, result.offsets, result.valid_size, verified)
+        for first, path, result, verified in kept
+    ]
+    segments[-1].fd = os.open(segments[-1].path, ACTIVE_FLAGS)
     return segments

@@ -8,6 +8,10 @@ reads know every length without touching the header again.
 A segment whose records were all CRC-checked (scanned at load, or written by this
 process) is ``verified`` and its reads skip the header; a sealed segment trusted
 through its index at load is not, and each record is checked when it is read.
+
+The active segment keeps its file open; a sealed one reads through its store's
+``SegmentFiles`` (``files``), which opens it on demand and closes the least
+recently read ones beyond a bound (``segment_files.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +20,13 @@ import mmap
 import os
 from array import array
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from magnetar.storage.errors import CorruptLedger, StorageCorruption
 from magnetar.storage.record import HEADER, HEADER_SIZE, ScanResult, crc32c, scan_records
+
+if TYPE_CHECKING:
+    from magnetar.storage.segment_files import SegmentFiles
 
 SUFFIX = ".seg"
 
@@ -47,9 +55,11 @@ def scan_file(path: Path) -> ScanResult:
 
 
 class Segment:
-    """A segment file open for reading (and for appending while it is the active one)."""
+    """A segment file: open for appending while it is the active one (``fd``); read
+    through ``files`` once sealed (``fd`` is then -1 while the file is closed)."""
 
-    __slots__ = ("allocated", "fd", "first_entry_id", "offsets", "path", "size", "verified")
+    __slots__ = ("allocated", "fd", "files", "first_entry_id", "offsets", "path", "size",
+                 "verified")
 
     def __init__(self, path: Path, first_entry_id: int, fd: int,
                  offsets: array[int] | None = None, size: int = 0,
@@ -58,6 +68,7 @@ class Segment:
         self.verified = verified  # False: check each record's CRC when it is read
         self.first_entry_id = first_entry_id
         self.fd = fd
+        self.files: SegmentFiles | None = None  # set once sealed
         self.offsets: array[int] = offsets if offsets is not None else array("Q")
         self.size = size  # bytes of good records; appends go here
         # The file's length: past ``size`` it is zeros reserved for the next records
@@ -77,6 +88,12 @@ class Segment:
     def last_entry_id(self) -> int:
         return self.first_entry_id + len(self.offsets) - 1
 
+    def _pread(self, length: int, offset: int) -> bytes:
+        files = self.files
+        if files is None:
+            return os.pread(self.fd, length, offset)
+        return files.pread(self, length, offset)
+
     def _record_end(self, index: int) -> int:
         offsets = self.offsets
         return offsets[index + 1] if index + 1 < len(offsets) else self.size
@@ -87,7 +104,7 @@ class Segment:
             return self._read_checked(index)
         start = self.offsets[index] + HEADER_SIZE
         length = self._record_end(index) - start
-        data = os.pread(self.fd, length, start)
+        data = self._pread(length, start)
         if len(data) != length:
             raise StorageCorruption(f"{self.path}: short read at offset {start}")
         return data
@@ -95,7 +112,7 @@ class Segment:
     def _read_checked(self, index: int) -> bytes:
         start = self.offsets[index]
         length = self._record_end(index) - start
-        raw = os.pread(self.fd, length, start)
+        raw = self._pread(length, start)
         if len(raw) != length:
             raise StorageCorruption(f"{self.path}: short read at offset {start}")
         return self._check(raw, 0, length, start)
@@ -132,7 +149,7 @@ class Segment:
             return [self.read(first)]
         base = offsets[first]
         span = self._record_end(stop - 1) - base
-        blob = os.pread(self.fd, span, base)
+        blob = self._pread(span, base)
         if len(blob) != span:
             raise StorageCorruption(f"{self.path}: short read at offset {base}")
         out = []
@@ -146,6 +163,8 @@ class Segment:
         return out
 
     def close(self) -> None:
-        if self.fd >= 0:
+        if self.files is not None:
+            self.files.release(self)
+        elif self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

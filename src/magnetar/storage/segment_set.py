@@ -4,7 +4,8 @@ Owns the list of open segments (the last one is the active segment the write
 pipeline appends to), finding the segment that holds an entry id, reads of one entry
 or a run of entries (through the tail cache first), the byte count of the files, and
 trimming whole segments off the front.  It does not know what is durable: callers
-pass the highest id they may read.
+pass the highest id they may read.  Sealed segments read through the store's
+``SegmentFiles``, which bounds how many of them keep their file open.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from magnetar.storage.cache import EntryCache
 from magnetar.storage.errors import EntryNotFound
 from magnetar.storage.ledger_config import LedgerStats
 from magnetar.storage.segment import Segment
+from magnetar.storage.segment_files import SegmentFiles
 from magnetar.storage.segment_index import index_path
 
 DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024
@@ -24,8 +26,12 @@ DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024
 class SegmentSet:
     """The segments of one ledger, oldest first; never empty."""
 
-    def __init__(self, segments: list[Segment], cache: EntryCache, stats: LedgerStats) -> None:
+    def __init__(self, segments: list[Segment], cache: EntryCache, stats: LedgerStats,
+                 files: SegmentFiles) -> None:
         self.segments = segments
+        self._files = files
+        for segment in segments[:-1]:
+            files.adopt(segment)
         self._firsts = [segment.first_entry_id for segment in segments]
         self.size_bytes = sum(segment.size for segment in segments)  # record headers included
         self._cache = cache
@@ -41,7 +47,8 @@ class SegmentSet:
         return self.segments[0].first_entry_id
 
     def add(self, segment: Segment) -> None:
-        """A new active segment, after a roll."""
+        """A new active segment, after a roll: the one before it is sealed."""
+        self._files.adopt(self.segments[-1])
         self.segments.append(segment)
         self._firsts.append(segment.first_entry_id)
 

@@ -26,6 +26,7 @@ from magnetar.storage.fsutil import atomic_write, fsync_dir
 from magnetar.storage.ledger import LedgerConfig, ManagedLedger
 from magnetar.storage.metadata import TopicMetadata
 from magnetar.storage.repair import Truncation, truncate_at_corruption
+from magnetar.storage.segment_files import SegmentFiles
 from magnetar.storage.sync_load import SyncLoad
 
 DOMAINS = ("persistent", "non-persistent")
@@ -74,17 +75,23 @@ class Store:
     """The data directory: where each topic's ledger and metadata live.
 
     Its ledgers share one entry-cache budget (``cache``, ``config.cache_max_bytes``
-    for all of them together, or another store's when given one).
+    for all of them together, or another store's when given one) and one bound on
+    the open files of their sealed segments (``segment_files``,
+    ``config.max_open_segment_files``, or another store's).
     """
 
     def __init__(self, root: Path, config: LedgerConfig, *,
                  executor: Executor | None = None,
-                 cache: CacheBudget | None = None) -> None:
+                 cache: CacheBudget | None = None,
+                 segment_files: SegmentFiles | None = None) -> None:
         """``cache`` is the entry-cache budget of this store's ledgers; None: one of
-        ``config.cache_max_bytes`` of its own (pass another store's to share it)."""
+        ``config.cache_max_bytes`` of its own (pass another store's to share it).
+        ``segment_files`` likewise, after ``config.max_open_segment_files``."""
         self.root = Path(root)
         self.config = config
         self.cache = cache if cache is not None else CacheBudget(config.cache_max_bytes)
+        self.segment_files = (segment_files if segment_files is not None
+                              else SegmentFiles(config.max_open_segment_files))
         self._executor = executor  # for the ledgers' fdatasyncs; None = loop default
         self._sync_load = SyncLoad()  # one disk, one loop: the ledgers judge it together
         self.root.mkdir(parents=True, exist_ok=True)
@@ -102,6 +109,7 @@ class Store:
         return ManagedLedger.open(
             self.topic_dir(topic), self.config, executor=self._executor,
             sync_load=self._sync_load, cache_budget=self.cache,
+            segment_files=self.segment_files,
         )
 
     def truncate_at_corruption(self, topic: str, *,
