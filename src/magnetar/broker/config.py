@@ -208,6 +208,32 @@ class BrokerConfig:
             "closed; 0: no limit"
         ),
     )
+    max_pending_publish_requests_per_connection: int = field(
+        default=1000,
+        metadata=_help(
+            "messages a connection may have sent and not yet had a receipt for (as "
+            "Pulsar's maxPendingPublishRequestsPerConnection); at it the broker stops "
+            "reading the connection until half have their receipts; 0: no limit"
+        ),
+    )
+    max_message_publish_buffer_bytes: int = field(
+        default=64 * 1024 * 1024,
+        metadata=_help(
+            "bytes of messages read from all producers and not yet receipted (as "
+            "Pulsar's maxMessagePublishBufferSizeInMB); past it each connection that "
+            "publishes stops being read until the total is down to half; 0: no limit"
+        ),
+    )
+    dispatch_max_bytes_per_round: int = field(
+        default=1024 * 1024,
+        metadata=_help(
+            "bytes of messages one dispatch round of a subscription sends (besides its "
+            "2000 entries), and bytes a connection queues before it writes them out; a "
+            "connection whose write buffer is over its high-water mark (64 KiB) gets "
+            "nothing until it drains, so a consumer that does not read costs at most "
+            "the mark, this, and one message; 0: no byte budget"
+        ),
+    )
     entry_info_cache_max_entries: int = field(
         default=50_000,
         metadata=_help(
@@ -312,6 +338,9 @@ class BrokerConfig:
             "frame_timeout",
             "max_connections",
             "max_connections_per_ip",
+            "max_pending_publish_requests_per_connection",
+            "max_message_publish_buffer_bytes",
+            "dispatch_max_bytes_per_round",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(name, getattr(self, name), "must be >= 0")

@@ -9,6 +9,15 @@ A connection holds nothing for long on a peer's word: one that has not sent CONN
 within ``connect_timeout`` is closed, and so is one whose partial frame is not
 complete ``frame_timeout`` after its first byte (slowloris); past ``max_connections``
 (or ``max_connections_per_ip``) a new connection is told so and closed.
+
+Backpressure reaches the peer's socket: the broker stops reading a connection
+(``transport.pause_reading``) while it has ``max_pending_publish_requests_per_connection``
+messages without a receipt (until half are receipted), while the broker-wide
+publish buffer (``max_message_publish_buffer_bytes``) is over its limit (until half
+of it drains), and while its own write buffer is over the high-water mark (a peer
+that does not read its receipts or messages cannot make the broker queue more).
+Frames already read when reading stops are held and handled, in order, when it
+resumes.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import contextlib
 import itertools
 import logging
 import socket
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
@@ -41,6 +51,11 @@ log = logging.getLogger("magnetar.broker.connection")
 MAX_PROTOCOL_VERSION = 21
 T = BaseCommand.Type
 _connection_ids = itertools.count(1)
+
+# Why the broker is not reading a connection (bits of ServerCnx.read_paused).
+PAUSED_PENDING = 1  # max_pending_publish_requests_per_connection messages unreceipted
+PAUSED_BUFFER = 2  # the broker-wide publish buffer is over max_message_publish_buffer_bytes
+PAUSED_WRITE = 4  # its write buffer is over the high-water mark (the peer does not read)
 
 
 Handler = Callable[["ServerCnx", BaseCommand, Frame], None]
@@ -67,6 +82,9 @@ class ServerCnx(asyncio.Protocol):
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self._out: list[bytes] = []
+        self._out_bytes = 0
+        # Queued bytes that are written at once rather than at the end of the loop round.
+        self._flush_at = service.config.dispatch_max_bytes_per_round or sys.maxsize
         self._flush_scheduled = False
         self._last_seen = 0.0
         self._keepalive: asyncio.TimerHandle | None = None
@@ -79,6 +97,20 @@ class ServerCnx(asyncio.Protocol):
         self._frame_timeout = service.config.frame_timeout
         self._frame_timer: asyncio.TimerHandle | None = None
         self._partial_since: float | None = None  # when the partial frame's first byte came
+        # Backpressure: why reading is paused (PAUSED_* bits), frames read before it
+        # was, and the publishes waiting for their receipts (per producer: count, bytes).
+        self.read_paused = 0
+        self.read_pauses = 0  # times reading was paused, since the connection opened
+        self._reading_stopped = False  # transport.pause_reading() in force
+        self._held: list[Frame] = []
+        self._held_scheduled = False
+        self._max_pending = service.config.max_pending_publish_requests_per_connection
+        self._publish_buffer = service.publish_buffer
+        self.pending_publishes = 0
+        self.pending_publish_bytes = 0
+        self.peak_pending_publishes = 0
+        self._pending_by_producer: dict[Producer, list[int]] = {}
+        self.peak_write_buffer = 0  # the most bytes ever left in the transport's buffer
 
     # ------------------------------------------------------------ transport
 
@@ -120,15 +152,115 @@ class ServerCnx(asyncio.Protocol):
         self._liveness_settled(False)
         log.debug("connection %s from %s closed", self.id, self.remote_address)
         self._release_everything()
+        self._held = []
+        self._publish_buffer.forget(self)
         self.service.connection_closed(self)
 
     def pause_writing(self) -> None:
         self.writable = False
+        self._pause_reading(PAUSED_WRITE)
 
     def resume_writing(self) -> None:
         self.writable = True
+        self._last_seen = self.loop.time()  # the peer reads: it is there
+        self._resume_reading(PAUSED_WRITE)
         for consumer in self.consumers.values():
             consumer.subscription.schedule_dispatch()
+
+    # ------------------------------------------------------------ backpressure
+
+    def _pause_reading(self, reason: int) -> None:
+        if not self.read_paused:
+            self.read_pauses += 1
+        self.read_paused |= reason
+        transport = self.transport
+        if not self._reading_stopped and transport is not None and not transport.is_closing():
+            transport.pause_reading()
+            self._reading_stopped = True
+
+    def _resume_reading(self, reason: int) -> None:
+        if not self.read_paused & reason:
+            return
+        self.read_paused &= ~reason
+        if self.read_paused or not self.alive:
+            return
+        if self._held:
+            # Handled from a loop round of their own, not inside whatever callback
+            # (a receipt, another connection's frame) lifted the pause.
+            if not self._held_scheduled:
+                self._held_scheduled = True
+                self.loop.call_soon(self._handle_held)
+            return
+        self._restart_reading()
+
+    def _handle_held(self) -> None:
+        self._held_scheduled = False
+        if self.read_paused or not self.alive:
+            return
+        frames, self._held = self._held, []
+        self._handle_frames(frames)
+        if not self.read_paused and not self._held:
+            self._restart_reading()
+
+    def _restart_reading(self) -> None:
+        if not self._reading_stopped or not self.alive:
+            return
+        self._reading_stopped = False
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.resume_reading()
+        if self._partial_since is not None:
+            # The broker stopped reading, not the peer: its frame's clock starts over.
+            self._partial_since = self.loop.time()
+
+    def publish_buffer_drained(self) -> None:
+        """The broker-wide publish buffer is down to half its limit."""
+        self._resume_reading(PAUSED_BUFFER)
+
+    def publish_started(self, producer: Producer, size: int) -> None:
+        """A message of ``size`` bytes from ``producer`` waits for its receipt."""
+        count = self.pending_publishes + 1
+        self.pending_publishes = count
+        self.pending_publish_bytes += size
+        if count > self.peak_pending_publishes:
+            self.peak_pending_publishes = count
+        held = self._pending_by_producer.get(producer)
+        if held is None:
+            self._pending_by_producer[producer] = [1, size]
+        else:
+            held[0] += 1
+            held[1] += size
+        if self._publish_buffer.add(size):
+            self._publish_buffer.hold(self)
+            self._pause_reading(PAUSED_BUFFER)
+        if count >= self._max_pending > 0:
+            self._pause_reading(PAUSED_PENDING)
+
+    def publish_done(self, producer: Producer, size: int) -> None:
+        """Its receipt is written (or it failed)."""
+        held = self._pending_by_producer.get(producer)
+        if held is None:
+            return  # already released with its producer
+        if held[0] <= 1:
+            del self._pending_by_producer[producer]
+        else:
+            held[0] -= 1
+            held[1] -= size
+        self._settle(1, size)
+
+    def release_publishes(self, producer: Producer) -> None:
+        """``producer`` is gone: its receipts may never come (its ledger failed), so
+        its messages stop counting against the limits now."""
+        held = self._pending_by_producer.pop(producer, None)
+        if held is not None:
+            self._settle(held[0], held[1])
+
+    def _settle(self, count: int, size: int) -> None:
+        self.pending_publishes -= count
+        self.pending_publish_bytes -= size
+        self._publish_buffer.release(size)
+        if self.read_paused & PAUSED_PENDING and self.pending_publishes <= self._max_pending // 2:
+            self._resume_reading(PAUSED_PENDING)
 
     def data_received(self, data: bytes) -> None:
         if not self.alive:
@@ -152,8 +284,14 @@ class ServerCnx(asyncio.Protocol):
                     )
         else:
             self._partial_since = None
-        for frame in frames:
+        self._handle_frames(frames)
+
+    def _handle_frames(self, frames: list[Frame]) -> None:
+        for i, frame in enumerate(frames):
             if not self.alive:
+                return
+            if self.read_paused:
+                self._held = frames[i:]  # handled in order once reading resumes
                 return
             self._handle_frame(frame)
         failure = self.decoder.failure  # after the good frames that came before it
@@ -166,6 +304,13 @@ class ServerCnx(asyncio.Protocol):
         One timer serves every frame, so the fast path arms none."""
         self._frame_timer = None
         if not self.alive or self._partial_since is None:
+            return
+        if self._reading_stopped:
+            # The broker is not reading, not the peer's doing: look again later
+            # (the clock starts over when reading resumes).
+            self._frame_timer = self.loop.call_later(
+                self._frame_timeout, self._check_partial_frame
+            )
             return
         waited = self.loop.time() - self._partial_since
         if waited < self._frame_timeout:
@@ -195,6 +340,11 @@ class ServerCnx(asyncio.Protocol):
         what cannot be written at once is dropped with the connection."""
         log.warning("closing connection %s from %s: %s", self.id, self.remote_address, reason)
         self.write_error(0, error, reason)
+        self._hang_up()
+
+    def _hang_up(self) -> None:
+        """Close, or abort if what is queued cannot all go out now (a peer that does
+        not read would otherwise hold the connection open until it does)."""
         self.alive = False
         self._flush()
         transport = self.transport
@@ -274,6 +424,14 @@ class ServerCnx(asyncio.Protocol):
 
     def write(self, data: bytes) -> None:
         self._out.append(data)
+        queued = self._out_bytes + len(data)
+        if queued >= self._flush_at:
+            # A full batch goes out now, so that the transport says at once whether
+            # it can take more: several dispatch rounds in one loop round (scheduled
+            # ones, and dispatch on write) cannot pile up more than this unwritten.
+            self._flush()
+            return
+        self._out_bytes = queued
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
@@ -285,12 +443,17 @@ class ServerCnx(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._out_bytes = 0
         out = self._out
         if not out or self.transport is None or self.transport.is_closing():
             out.clear()
             return
         self._out = []
-        self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+        transport = self.transport
+        transport.write(b"".join(out) if len(out) > 1 else out[0])
+        buffered = transport.get_write_buffer_size()
+        if buffered > self.peak_write_buffer:
+            self.peak_write_buffer = buffered
 
     def write_command(self, command: BaseCommand) -> None:
         self.write(encode_command(command))
@@ -332,15 +495,24 @@ class ServerCnx(asyncio.Protocol):
         if not self.alive:
             return
         interval = self.service.config.keepalive_interval
+        if self.read_paused & (PAUSED_PENDING | PAUSED_BUFFER):
+            # The broker holds its input back: its silence is the broker's doing.
+            self._last_seen = self.loop.time()
         idle = self.loop.time() - self._last_seen
         if self._ping_outstanding and idle >= 2 * interval:
+            why = (
+                "it has read nothing of what the broker sent"
+                if self.read_paused & PAUSED_WRITE
+                else "no answer to ping"
+            )
             log.warning(
-                "closing connection %s from %s: no answer to ping for %.0fs",
+                "closing connection %s from %s: %s for %.0fs",
                 self.id,
                 self.remote_address,
+                why,
                 idle,
             )
-            self.close()
+            self._hang_up()
             return
         if idle >= interval and self.connected:
             self._ping_outstanding = True

@@ -2,12 +2,18 @@
 
 Replays (negative acks, consumers gone, redeliver requests, delayed entries now due)
 go first, in entry order; then new entries from the read position. The
-subscription's dispatcher picks the consumer; the round stops at its budget, at the
-first refusal of an ordered dispatcher, or at the end of the topic.
+subscription's dispatcher picks the consumer; the round stops at its budget (entries
+and bytes), at the first refusal of an ordered dispatcher, or at the end of the topic.
+
+The byte budget bounds what a consumer that does not read costs: a round queues at
+most ``dispatch_max_bytes_per_round`` plus one entry; its frames are written before
+the next round, and a consumer whose connection's write buffer went over the
+high-water mark is not picked again until it drains (Consumer.can_receive).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from magnetar.broker.dispatchers import SubType
@@ -19,6 +25,8 @@ if TYPE_CHECKING:
     from magnetar.broker.subscription import Subscription
 
 MAX_ENTRIES_PER_ROUND = 2000
+# Without a setting to read (no consumer yet): the default of dispatch_max_bytes_per_round.
+DEFAULT_MAX_BYTES_PER_ROUND = 1024 * 1024
 # Entries a round may pass over without sending (acked, pending, held for later
 # delivery) before it yields to the loop: 100k delayed messages in a row must not
 # stall every other connection while one round walks them.
@@ -38,6 +46,7 @@ def dispatch_round(sub: Subscription) -> bool:
     honours_delay = sub.sub_type in (SubType.Shared, SubType.Key_Shared)
     now_ms = sub.clock_ms()
     budget = MAX_ENTRIES_PER_ROUND
+    byte_budget = _byte_budget(sub)
     blocked_keys: set[int] = set()
 
     if sub.delayed:
@@ -63,9 +72,9 @@ def dispatch_round(sub: Subscription) -> bool:
                     continue
                 break
             sub.replay.discard(entry_id)
-            send(sub, consumer, entry_id, info)
+            byte_budget -= send(sub, consumer, entry_id, info)
             budget -= 1
-            if budget <= 0:
+            if budget <= 0 or byte_budget <= 0:
                 return True
         if sub.replay and not uses_keys:
             # Replays go first; new entries wait until they are out.
@@ -104,10 +113,10 @@ def dispatch_round(sub: Subscription) -> bool:
                 position += 1
                 continue
             break
-        send(sub, consumer, position, info)
+        byte_budget -= send(sub, consumer, position, info)
         position += 1
         budget -= 1
-        if budget <= 0:
+        if budget <= 0 or byte_budget <= 0:
             sub.read_position = position
             return True
     sub.read_position = position
@@ -115,6 +124,14 @@ def dispatch_round(sub: Subscription) -> bool:
     if topic.terminated and position > last and not sub.replay:
         announce_end_of_topic(sub)
     return False
+
+
+def _byte_budget(sub: Subscription) -> int:
+    consumers = sub.dispatcher.consumers
+    if not consumers:
+        return DEFAULT_MAX_BYTES_PER_ROUND
+    limit = consumers[0].cnx.service.config.dispatch_max_bytes_per_round
+    return limit if limit > 0 else sys.maxsize
 
 
 def rescan_overflow(sub: Subscription, now_ms: int) -> None:
@@ -145,7 +162,8 @@ def rescan_overflow(sub: Subscription, now_ms: int) -> None:
     tracker.overflow_from = position if position < sub.read_position else None
 
 
-def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) -> None:
+def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) -> int:
+    """Send one entry to ``consumer``; returns its size in bytes."""
     topic = sub.topic
     num_messages = info.num_messages
     try:
@@ -164,6 +182,7 @@ def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) 
         sub.redelivery_counts.get(entry_id, 0),
     )
     topic.stats.messages_out += num_messages
+    return len(entry)
 
 
 def announce_end_of_topic(sub: Subscription) -> None:

@@ -1,7 +1,14 @@
 """Broker-wide limits on connections: how many the broker holds, and how many one
-client address holds (Pulsar's brokerMaxConnections and brokerMaxConnectionsPerIp)."""
+client address holds (Pulsar's brokerMaxConnections and brokerMaxConnectionsPerIp);
+and how many bytes of publishes wait for their receipts (maxMessagePublishBufferSizeInMB)."""
 
 from __future__ import annotations
+
+from typing import Protocol
+
+
+class Pausable(Protocol):
+    def publish_buffer_drained(self) -> None: ...
 
 
 class ConnectionLimits:
@@ -42,3 +49,43 @@ class ConnectionLimits:
             self.per_ip[ip] = held
         else:
             self.per_ip.pop(ip, None)
+
+
+class PublishBuffer:
+    """Bytes of messages the broker has read from producers and not yet answered with
+    a receipt, all connections together. Past ``limit`` (0: none) each connection
+    that publishes is held (it stops being read); all held ones are told once the
+    total is down to half of it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.resume_at = limit // 2
+        self.bytes = 0
+        self.peak = 0  # the most ever pending at once
+        self.held: set[Pausable] = set()
+        self.holds = 0  # connections held since start
+
+    def add(self, size: int) -> bool:
+        """Count ``size`` bytes pending; True if that is over the limit."""
+        total = self.bytes + size
+        self.bytes = total
+        if total > self.peak:
+            self.peak = total
+        return 0 < self.limit < total
+
+    def hold(self, cnx: Pausable) -> None:
+        if cnx not in self.held:
+            self.held.add(cnx)
+            self.holds += 1
+
+    def release(self, size: int) -> None:
+        """``size`` bytes are receipted (or given up); once the total is down to
+        half the limit, every held connection is told."""
+        self.bytes -= size
+        if self.held and self.bytes <= self.resume_at:
+            held, self.held = self.held, set()
+            for cnx in held:
+                cnx.publish_buffer_drained()
+
+    def forget(self, cnx: Pausable) -> None:
+        self.held.discard(cnx)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.config import BrokerConfig, ConfigError, listen_error, os_reason
 from magnetar.broker.connection import ServerCnx
 from magnetar.broker.idle_poll import IdlePoller
-from magnetar.broker.limits import ConnectionLimits
+from magnetar.broker.limits import ConnectionLimits, PublishBuffer
 from magnetar.broker.loop_lag import LoopLagProbe
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.rpc import ReplyRouter
@@ -47,6 +47,7 @@ class BrokerService:
         self.connection_limits = ConnectionLimits(
             config.max_connections, config.max_connections_per_ip
         )
+        self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_bytes)
         self.loop_lag = LoopLagProbe(config.loop_lag_probe_interval)
         self.metrics = BrokerMetrics(self)
         self.replies = ReplyRouter(self)

@@ -195,7 +195,10 @@ class Topic:
         highest_sequence_id: int,
         entry: bytes,
         info: EntryInfo,
+        on_receipt: Callable[[], None] | None = None,
     ) -> None:
+        """Append ``entry``; once it is durable, write the send receipt and call
+        ``on_receipt`` (the connection counts the publish pending until then)."""
         cnx = producer.cnx
         producer_id = producer.producer_id
         receipt_id = self._mid_for_receipts
@@ -211,6 +214,8 @@ class Topic:
                     highest_sequence_id,
                 )
             )
+            if on_receipt is not None:
+                on_receipt()
             if not dispatch_now:
                 for subscription in subscriptions.values():
                     subscription.schedule_dispatch()

@@ -204,7 +204,22 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     # The entry's own metadata says how many messages it holds (as Pulsar's
     # dispatcher reads it); CommandSend.num_messages is the producer's word only.
     info = info_from_metadata(metadata)
-    topic.publish(producer, send.sequence_id, send.highest_sequence_id, body, info)
+    # Pending from here to its receipt: past the connection's or the broker's limit
+    # the connection stops being read (backpressure on the producer's socket).
+    size = len(body)
+    cnx.publish_started(producer, size)
+    try:
+        topic.publish(
+            producer,
+            send.sequence_id,
+            send.highest_sequence_id,
+            body,
+            info,
+            lambda: cnx.publish_done(producer, size),
+        )
+    except BaseException:
+        cnx.publish_done(producer, size)
+        raise
 
 
 def send_error(cnx: ServerCnx, send: pb.CommandSend, error: int, message: str) -> None:
@@ -231,6 +246,9 @@ def handle_close_producer(cnx: ServerCnx, command: BaseCommand, frame: Frame) ->
 
 
 def detach_producer(cnx: ServerCnx, producer: Producer, explicit: bool = False) -> None:
+    # Receipts that may never come (a failed ledger drops them) must not hold the
+    # connection's or the broker's publish limits.
+    cnx.release_publishes(producer)
     topic = cnx.service.topics.get(producer.topic_name)
     if topic is not None:
         topic.access.release(producer)
