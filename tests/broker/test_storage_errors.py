@@ -172,3 +172,42 @@ def test_a_clean_consumer_close_persists_its_acks_at_once(tmp_path: Path) -> Non
         client.create_producer("acks").send(b"m3")
         assert consumer.receive(RECEIVE_MS).data() == b"m3"
         client.close()
+
+
+def test_out_of_file_descriptors_unused_topics_give_theirs_back(
+    tmp_path: Path, client_factory: Callable[..., pulsar.Client]
+) -> None:
+    """A broker process limited to 256 descriptors serves 200 topics touched one after
+    another (each loaded topic holds a few files): when it runs out, the topics nobody
+    uses are unloaded and the command is answered once its client retries."""
+    import resource
+    import subprocess
+    import sys
+
+    from magnetar.testing.embedded import free_port, wait_until_listening
+
+    port = free_port()
+    log_path = tmp_path / "broker.log"
+
+    def limit_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    command = [sys.executable, "-m", "magnetar", "serve", "--port", str(port)]
+    command += ["--admin-port", "off", "--data-dir", str(tmp_path / "data")]
+    with log_path.open("w") as log_file:
+        broker = subprocess.Popen(command, preexec_fn=limit_files, stderr=log_file)
+    try:
+        wait_until_listening(port, broker, 30)
+        client = client_factory(f"pulsar://127.0.0.1:{port}", operation_timeout_seconds=30)
+        for i in range(200):
+            producer = client.create_producer(f"fd-{i}")
+            producer.send(f"m{i}".encode())
+            producer.close()
+        reader = client.subscribe("fd-0", "s", initial_position=pulsar.InitialPosition.Earliest)
+        assert reader.receive(RECEIVE_MS).data() == b"m0"  # unloaded, loaded again, intact
+    finally:
+        broker.terminate()
+        broker.wait(30)
+        log = log_path.read_text()
+        print(log[-5000:])
+    assert "unused topics: out of file descriptors" in log

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import logging
 import socket
@@ -359,7 +360,7 @@ class ServerCnx(asyncio.Protocol):
         else:
             self._protocol_failure(f"malformed frame: {exc}", pb.UnknownError)
 
-    def _handle_frame(self, frame: Frame) -> None:
+    def _handle_frame(self, frame: Frame, retried: bool = False) -> None:
         if frame.unknown_type is not None:
             log.warning(
                 "connection %s from %s sent unsupported command type %d",
@@ -394,11 +395,36 @@ class ServerCnx(asyncio.Protocol):
             loading.future.add_done_callback(lambda done: self._after_load(frame, done))
         except CommandError as exc:
             self.write_error(request_id_of(command), exc.error, str(exc))
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                self._internal_error(command, exc)
+                return
+            # Out of file descriptors: unused topics give theirs back; the client
+            # tries again (ServiceNotReady is retried by Pulsar clients).
+            log.warning("out of file descriptors handling %s: %s", T.Name(kind), exc.strerror)
+            if retried:
+                self.write_error(
+                    request_id_of(command),
+                    pb.ServiceNotReady,
+                    f"the broker is out of file descriptors ({exc.strerror}); try again",
+                )
+                return
+            # Unused topics give theirs back, then the command is handled once more
+            # (clients do not all retry a lookup that fails).
+            relief = self.service.relieve_descriptor_pressure()
+            relief.add_done_callback(lambda _: self._handle_again(frame))
         except Exception as exc:
-            log.exception("error handling %s from %s", T.Name(kind), self.remote_address)
-            # An OSError's text names files; the client gets the cause without the paths.
-            cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            self.write_error(request_id_of(command), pb.UnknownError, f"internal error: {cause}")
+            self._internal_error(command, exc)
+
+    def _handle_again(self, frame: Frame) -> None:
+        if self.alive:
+            self._handle_frame(frame, retried=True)
+
+    def _internal_error(self, command: BaseCommand, exc: Exception) -> None:
+        log.exception("error handling %s from %s", T.Name(command.type), self.remote_address)
+        # An OSError's text names files; the client gets the cause without the paths.
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        self.write_error(request_id_of(command), pb.UnknownError, f"internal error: {cause}")
 
     def _after_load(self, frame: Frame, done: asyncio.Future[Topic]) -> None:
         """The topic a command waited for is loaded (or failed to): handle it now."""

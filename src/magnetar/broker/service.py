@@ -58,6 +58,7 @@ class BrokerService:
         self._stopping = False
         self._unloading: dict[str, asyncio.Future[None]] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
+        self._relieving: asyncio.Task[int] | None = None
         self._info_trimmed_share = config.entry_info_cache_max_entries
         self._dir_lock = DataDirLock(config.data_dir)
         ledger_config = LedgerConfig(
@@ -193,6 +194,24 @@ class BrokerService:
             for name in [n for n in idle_since if n not in self.topics]:
                 del idle_since[name]
 
+    def relieve_descriptor_pressure(self) -> asyncio.Task[int]:
+        """The process ran out of file descriptors: unload the unused topics (one
+        relief at a time); the commands that failed are handled again when it is done."""
+        if self._relieving is None or self._relieving.done():
+            self._relieving = self.loop.create_task(
+                self._unload_unused_topics("out of file descriptors")
+            )
+        return self._relieving
+
+    async def _unload_unused_topics(self, reason: str) -> int:
+        """Unload every loaded topic without producers or consumers; how many."""
+        unused = [t for t in self.topics.values() if not t.has_clients()]
+        for topic in unused:
+            await self.unload_topic(topic, reason)
+        if unused:
+            log.warning("unloaded %d unused topics: %s", len(unused), reason)
+        return len(unused)
+
     async def unload_topic(self, topic: Topic, reason: str) -> None:
         """Close ``topic`` and drop it from memory; its clients are told to reconnect,
         which loads it again (recovering its files)."""
@@ -292,7 +311,15 @@ class BrokerService:
 
         async def load() -> None:
             try:
-                opened = await self.loop.run_in_executor(None, self._open_files, name)
+                try:
+                    opened = await self.loop.run_in_executor(None, self._open_files, name)
+                except TopicUnavailable as exc:
+                    # Out of file descriptors: topics nobody uses give theirs back.
+                    if exc.os_errno not in (errno.EMFILE, errno.ENFILE):
+                        raise
+                    if not await self._unload_unused_topics("out of file descriptors"):
+                        raise
+                    opened = await self.loop.run_in_executor(None, self._open_files, name)
                 future.set_result(self._install(name, *opened))
             except BaseException as exc:  # the waiters get it; nothing is left behind
                 future.set_exception(exc)
@@ -351,6 +378,7 @@ class BrokerService:
             raise TopicUnavailable(
                 f"cannot load topic {full}: {reason}" + (f" ({code})" if code else ""),
                 storage_error=True,
+                os_errno=exc.errno,
             ) from None
 
     def _install(

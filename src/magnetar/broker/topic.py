@@ -39,9 +39,12 @@ class TopicUnavailable(Exception):
     False: try again at once), or its files could not be loaded (True: the message
     names the cause, such as a full disk or a missing permission)."""
 
-    def __init__(self, message: str, storage_error: bool = False) -> None:
+    def __init__(
+        self, message: str, storage_error: bool = False, os_errno: int | None = None
+    ) -> None:
         super().__init__(message)
         self.storage_error = storage_error
+        self.os_errno = os_errno  # the cause's errno, when the system refused
 
 
 @dataclass
