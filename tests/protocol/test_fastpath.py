@@ -91,3 +91,17 @@ def test_request_receipt_matches_generated_code() -> None:
             BaseCommand(type=BaseCommand.REQUEST_RECEIPT, requestReceipt=receipt), b"body"
         )
         assert fast == slow
+
+
+def test_ack_response_matches_generated_code() -> None:
+    from magnetar.protocol.fastpath import encode_ack_response
+    from magnetar.protocol.frames import encode_command
+
+    for consumer_id, request_id in ((0, 0), (1, 55), (2**40, 2**63 - 1)):
+        slow = encode_command(
+            BaseCommand(
+                type=BaseCommand.ACK_RESPONSE,
+                ackResponse=pb.CommandAckResponse(consumer_id=consumer_id, request_id=request_id),
+            )
+        )
+        assert encode_ack_response(consumer_id, request_id) == slow

@@ -116,6 +116,17 @@ def encode_request_receipt(
     return _TWO_U32.pack(len(cmd) + 4 + len(body), len(cmd)) + cmd + body
 
 
+_TYPE_ACK_RESPONSE = b"\x08\x26"  # ACK_RESPONSE = 38
+_FIELD_ACK_RESPONSE = b"\xb2\x02"  # BaseCommand.ackResponse = 38, length-delimited
+
+
+def encode_ack_response(consumer_id: int, request_id: int) -> bytes:
+    """A successful ACK_RESPONSE (every PIP-371 reply gets one)."""
+    inner = b"\x08" + varint(consumer_id) + b"\x30" + varint(request_id)
+    cmd = _TYPE_ACK_RESPONSE + _FIELD_ACK_RESPONSE + varint(len(inner)) + inner
+    return _TWO_U32.pack(len(cmd) + 4, len(cmd)) + cmd
+
+
 def encode_send_receipt(
     producer_id: int,
     sequence_id: int,

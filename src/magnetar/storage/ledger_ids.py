@@ -67,6 +67,9 @@ class LedgerIds:
 
     def exact(self, ledger_id: int, entry_id: int) -> int | None:
         """The position of (ledger id, entry id) if that ledger holds it, else None."""
+        current, current_first = self.rows[-1]
+        if ledger_id == current:  # the common case: an entry written since the load
+            return entry_id if entry_id >= current_first else None
         span = self._range(ledger_id)
         if span is None:
             return None

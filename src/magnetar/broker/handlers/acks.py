@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from magnetar.broker.rpc import ReplyRejected
+from magnetar.protocol.fastpath import encode_ack_response
 from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
@@ -93,6 +94,9 @@ def _refuse(cnx: ServerCnx, ack: pb.CommandAck, message: str) -> None:
 def ack_response(
     cnx: ServerCnx, ack: pb.CommandAck, error: int | None, message: str | None
 ) -> None:
+    if error is None:
+        cnx.write(encode_ack_response(ack.consumer_id, ack.request_id))
+        return
     response = pb.CommandAckResponse(consumer_id=ack.consumer_id, request_id=ack.request_id)
     if error is not None:
         response.error = error  # type: ignore[assignment]
