@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pulsar
-import pytest
 
 from magnetar.broker.connection import PAUSED_WRITE, ServerCnx
 from magnetar.protocol.frames import FrameDecoder, encode_payload_command, max_frame_size
@@ -80,28 +79,6 @@ class SmallBufferPeer(RawPeer):
             return cnx
 
         self.cnx = on_loop(broker, find)
-
-
-@pytest.fixture
-def official(client_factory: Callable[..., pulsar.Client]) -> Callable[[EmbeddedBroker], Any]:
-    """An official-client producer and consumer; returns ``round_trip(label)``."""
-
-    def make(broker: EmbeddedBroker) -> Callable[[str], None]:
-        client = client_factory(broker.service_url)
-        topic = f"persistent://public/default/ok-{uuid.uuid4().hex[:10]}"
-        consumer = client.subscribe(topic, "s")
-        producer = client.create_producer(topic)
-
-        def round_trip(label: str) -> None:
-            producer.send(label.encode())
-            msg = consumer.receive(timeout_millis=20_000)
-            assert msg.data() == label.encode()
-            consumer.acknowledge(msg)
-
-        round_trip("before")
-        return round_trip
-
-    return make
 
 
 def send_frame(name: str, seq: int, payload: bytes, producer_id: int = 1) -> bytes:

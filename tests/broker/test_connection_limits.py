@@ -15,11 +15,9 @@ import socket
 import struct
 import time
 import tracemalloc
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import pulsar
 import pytest
 
 from magnetar.protocol.frames import Frame, FrameDecoder, encode_command
@@ -121,29 +119,6 @@ def warnings() -> Iterator[Warnings]:
     logger.addHandler(handler)
     yield handler
     logger.removeHandler(handler)
-
-
-@pytest.fixture
-def official(client_factory: Callable[..., pulsar.Client]) -> Callable[[EmbeddedBroker], Any]:
-    """A producer and a consumer of the official client on one topic, checked by a
-    round trip; returns ``round_trip(label)`` to check them again later."""
-
-    def make(broker: EmbeddedBroker) -> Callable[[str], None]:
-        client = client_factory(broker.service_url)
-        topic = f"persistent://public/default/ok-{uuid.uuid4().hex[:10]}"
-        consumer = client.subscribe(topic, "s")
-        producer = client.create_producer(topic)
-
-        def round_trip(label: str) -> None:
-            producer.send(label.encode())
-            msg = consumer.receive(timeout_millis=10_000)
-            assert msg.data() == label.encode()
-            consumer.acknowledge(msg)
-
-        round_trip("before")
-        return round_trip
-
-    return make
 
 
 # --------------------------------------------------------------- connect_timeout

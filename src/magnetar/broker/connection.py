@@ -110,7 +110,6 @@ class ServerCnx(asyncio.Protocol):
         self.pending_publishes = 0
         self.pending_publish_bytes = 0
         self.peak_pending_publishes = 0
-        self._pending_by_producer: dict[Producer, list[int]] = {}
         self.peak_write_buffer = 0  # the most bytes ever left in the transport's buffer
 
     # ------------------------------------------------------------ transport
@@ -225,12 +224,8 @@ class ServerCnx(asyncio.Protocol):
         self.pending_publish_bytes += size
         if count > self.peak_pending_publishes:
             self.peak_pending_publishes = count
-        held = self._pending_by_producer.get(producer)
-        if held is None:
-            self._pending_by_producer[producer] = [1, size]
-        else:
-            held[0] += 1
-            held[1] += size
+        producer.pending_publishes += 1
+        producer.pending_publish_bytes += size
         if self._publish_buffer.add(size):
             self._publish_buffer.hold(self)
             self._pause_reading(PAUSED_BUFFER)
@@ -239,22 +234,18 @@ class ServerCnx(asyncio.Protocol):
 
     def publish_done(self, producer: Producer, size: int) -> None:
         """Its receipt is written (or it failed)."""
-        held = self._pending_by_producer.get(producer)
-        if held is None:
+        if producer.pending_publishes <= 0:
             return  # already released with its producer
-        if held[0] <= 1:
-            del self._pending_by_producer[producer]
-        else:
-            held[0] -= 1
-            held[1] -= size
+        producer.pending_publishes -= 1
+        producer.pending_publish_bytes -= size
         self._settle(1, size)
 
     def release_publishes(self, producer: Producer) -> None:
         """``producer`` is gone: its receipts may never come (its ledger failed), so
         its messages stop counting against the limits now."""
-        held = self._pending_by_producer.pop(producer, None)
-        if held is not None:
-            self._settle(held[0], held[1])
+        if producer.pending_publishes > 0:
+            self._settle(producer.pending_publishes, producer.pending_publish_bytes)
+            producer.pending_publishes = producer.pending_publish_bytes = 0
 
     def _settle(self, count: int, size: int) -> None:
         self.pending_publishes -= count

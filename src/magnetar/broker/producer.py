@@ -38,6 +38,9 @@ class Producer:
     schema_version: bytes | None = None
     messages_in: int = 0
     bytes_in: int = 0
+    # Sent and not yet receipted (the connection's backpressure counts them).
+    pending_publishes: int = 0
+    pending_publish_bytes: int = 0
     metadata: dict[str, str] = field(default_factory=dict)
 
     @property

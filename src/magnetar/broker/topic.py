@@ -103,6 +103,7 @@ class Topic:
         self.dispatch_before_sync = dispatch_before_sync
         # This topic's share of the broker-wide bound on cached EntryInfo.
         self._info_limit = info_cache_limit
+        self._info_cap = info_cache_limit()  # refreshed on each trim, not per publish
         self.max_delayed_tracked = max_delayed_tracked  # per subscription
         if dispatch_before_sync:
             ledger.on_written = self._written
@@ -178,13 +179,13 @@ class Topic:
     def _remember(self, entry_id: int, info: EntryInfo) -> None:
         cache = self._info
         cache[entry_id] = info
-        if len(cache) > self._info_limit():
+        if len(cache) > self._info_cap:
             self.trim_info_cache()
 
     def trim_info_cache(self) -> None:
         """Keep three quarters of this topic's share, dropping the oldest entries."""
         cache = self._info
-        limit = self._info_limit()
+        limit = self._info_cap = self._info_limit()
         if len(cache) > limit:
             for old in list(cache)[: len(cache) - limit * 3 // 4]:
                 del cache[old]

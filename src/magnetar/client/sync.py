@@ -134,17 +134,7 @@ class Producer:
         """Queue a message; ``callback(error, message_id)`` runs when it is receipted
         (on the client's thread: keep it short and do not block in it)."""
         future = self._runner.submit(self._producer.send(value, **options))
-        if callback is not None:
-
-            def done(f: concurrent.futures.Future[MessageId]) -> None:
-                if f.cancelled():
-                    callback(AlreadyClosed("send cancelled"), None)
-                elif f.exception() is not None:
-                    callback(f.exception(), None)
-                else:
-                    callback(None, f.result())
-
-            future.add_done_callback(done)
+        _call_back_when_done(future, callback, "send")
         return future
 
     def request(
@@ -166,17 +156,7 @@ class Producer:
         """PIP-371: send a request; ``callback(error, reply)`` runs when the reply (or
         the failure) comes (on the client's thread: keep it short, do not block)."""
         future = self._runner.submit(self._producer.request(value, timeout=timeout, **options))
-        if callback is not None:
-
-            def done(f: concurrent.futures.Future[ReplyResult]) -> None:
-                if f.cancelled():
-                    callback(AlreadyClosed("request cancelled"), None)
-                elif f.exception() is not None:
-                    callback(f.exception(), None)
-                else:
-                    callback(None, f.result())
-
-            future.add_done_callback(done)
+        _call_back_when_done(future, callback, "request")
         return future
 
     def flush(self) -> None:
@@ -449,3 +429,23 @@ class Client:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _call_back_when_done(
+    future: concurrent.futures.Future[R],
+    callback: Callable[[BaseException | None, R | None], object] | None,
+    what: str,
+) -> None:
+    """Run ``callback(error, result)`` when ``future`` settles (on the client's thread)."""
+    if callback is None:
+        return
+
+    def done(f: concurrent.futures.Future[R]) -> None:
+        if f.cancelled():
+            callback(AlreadyClosed(f"{what} cancelled"), None)
+        elif f.exception() is not None:
+            callback(f.exception(), None)
+        else:
+            callback(None, f.result())
+
+    future.add_done_callback(done)
