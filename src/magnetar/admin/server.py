@@ -116,7 +116,7 @@ class AdminServer:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(
-            body=self.service.metrics.render(),
+            body=await self.service.metrics.render_async(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 

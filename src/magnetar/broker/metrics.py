@@ -6,8 +6,10 @@ counters, so the publish and dispatch paths pay nothing for them.
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -21,6 +23,7 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
+    from magnetar.broker.topic import Topic
 
 
 class RoundTrips:
@@ -64,49 +67,106 @@ class RoundTrips:
         return family
 
 
-class _TopicCollector(Collector):
+_TOPIC_LABELS = ["cluster", "namespace", "topic"]
+_SNAPSHOT_CHUNK = 500  # topics read per event loop turn while a scrape snapshots them
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicRow:
+    """One topic's figures, read on the event loop; the families are built from these
+    plain numbers on a worker thread, where they cannot race the topic's own updates."""
+
+    namespace: str
+    name: str
+    messages_in: int
+    bytes_in: int
+    messages_out: int
+    storage: int
+    backlog: int
+    producers: int
+    subscriptions: int
+    consumers: int
+    epoch: int
+    syncs: int
+    inline_syncs: int
+
+
+def _topic_row(topic: Topic) -> _TopicRow:
+    subs = topic.subscriptions.values()
+    ledger_stats = topic.ledger.stats
+    return _TopicRow(
+        topic.topic_name.namespace_name,
+        topic.name,
+        topic.stats.messages_in,
+        topic.stats.bytes_in,
+        topic.stats.messages_out,
+        topic.ledger.size_bytes(),
+        sum(s.backlog() for s in subs),
+        len(topic.producers),
+        len(topic.subscriptions),
+        sum(len(s.consumers) for s in subs),
+        topic.metadata.topic_epoch,
+        ledger_stats.syncs,
+        ledger_stats.inline_syncs,
+    )
+
+
+def _topic_families(rows: list[_TopicRow]) -> Iterator[Metric]:
+    labels = _TOPIC_LABELS
+    msg_in = CounterMetricFamily("pulsar_in_messages", "Messages published", labels=labels)
+    bytes_in = CounterMetricFamily("pulsar_in_bytes", "Bytes published", labels=labels)
+    msg_out = CounterMetricFamily("pulsar_out_messages", "Messages dispatched", labels=labels)
+    storage = GaugeMetricFamily("pulsar_storage_size", "Bytes stored", labels=labels)
+    backlog = GaugeMetricFamily("pulsar_msg_backlog", "Unacked entries", labels=labels)
+    producers = GaugeMetricFamily("pulsar_producers_count", "Producers", labels=labels)
+    subs = GaugeMetricFamily("pulsar_subscriptions_count", "Subscriptions", labels=labels)
+    consumers = GaugeMetricFamily("pulsar_consumers_count", "Consumers", labels=labels)
+    epoch = GaugeMetricFamily("magnetar_topic_epoch", "PIP-68 topic epoch", labels=labels)
+    fsyncs = CounterMetricFamily(
+        "magnetar_storage_fsyncs",
+        "fdatasyncs of the topic's log, on the event loop (small groups) or a worker",
+        labels=[*labels, "thread"],
+    )
+    for row in rows:
+        values = ["standalone", row.namespace, row.name]
+        msg_in.add_metric(values, row.messages_in)
+        bytes_in.add_metric(values, row.bytes_in)
+        msg_out.add_metric(values, row.messages_out)
+        storage.add_metric(values, row.storage)
+        backlog.add_metric(values, row.backlog)
+        producers.add_metric(values, row.producers)
+        subs.add_metric(values, row.subscriptions)
+        consumers.add_metric(values, row.consumers)
+        epoch.add_metric(values, row.epoch)
+        fsyncs.add_metric([*values, "loop"], row.inline_syncs)
+        fsyncs.add_metric([*values, "worker"], row.syncs - row.inline_syncs)
+    yield from (msg_in, bytes_in, msg_out, storage, backlog, producers, subs, consumers)
+    yield from (epoch, fsyncs)
+
+
+class _Snapshot(Collector):
+    """Families computed in advance (a scrape's snapshot), handed to the registry."""
+
+    def __init__(self) -> None:
+        self.families: list[Metric] = []
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+class _BrokerCollector(Collector):
+    """The broker-wide series: a handful of numbers, cheap at any topic count."""
+
     def __init__(self, service: BrokerService) -> None:
         self.service = service
 
     def collect(self) -> Iterator[Metric]:
-        labels = ["cluster", "namespace", "topic"]
-        msg_in = CounterMetricFamily("pulsar_in_messages", "Messages published", labels=labels)
-        bytes_in = CounterMetricFamily("pulsar_in_bytes", "Bytes published", labels=labels)
-        msg_out = CounterMetricFamily("pulsar_out_messages", "Messages dispatched", labels=labels)
-        storage = GaugeMetricFamily("pulsar_storage_size", "Bytes stored", labels=labels)
-        backlog = GaugeMetricFamily("pulsar_msg_backlog", "Unacked entries", labels=labels)
-        producers = GaugeMetricFamily("pulsar_producers_count", "Producers", labels=labels)
-        subs = GaugeMetricFamily("pulsar_subscriptions_count", "Subscriptions", labels=labels)
-        consumers = GaugeMetricFamily("pulsar_consumers_count", "Consumers", labels=labels)
-        epoch = GaugeMetricFamily("magnetar_topic_epoch", "PIP-68 topic epoch", labels=labels)
-        fsyncs = CounterMetricFamily(
-            "magnetar_storage_fsyncs",
-            "fdatasyncs of the topic's log, on the event loop (small groups) or a worker",
-            labels=[*labels, "thread"],
-        )
         topics = GaugeMetricFamily("pulsar_topics_count", "Loaded topics", labels=["cluster"])
         conns = GaugeMetricFamily(
             "pulsar_active_connections", "Open client connections", labels=["cluster"]
         )
-        for topic in list(self.service.topics.values()):
-            values = ["standalone", topic.topic_name.namespace_name, topic.name]
-            msg_in.add_metric(values, topic.stats.messages_in)
-            bytes_in.add_metric(values, topic.stats.bytes_in)
-            msg_out.add_metric(values, topic.stats.messages_out)
-            storage.add_metric(values, topic.ledger.size_bytes())
-            backlog.add_metric(values, sum(s.backlog() for s in topic.subscriptions.values()))
-            producers.add_metric(values, len(topic.producers))
-            subs.add_metric(values, len(topic.subscriptions))
-            consumers.add_metric(
-                values, sum(len(s.consumers) for s in topic.subscriptions.values())
-            )
-            epoch.add_metric(values, topic.metadata.topic_epoch)
-            ledger_stats = topic.ledger.stats
-            fsyncs.add_metric([*values, "loop"], ledger_stats.inline_syncs)
-            fsyncs.add_metric([*values, "worker"], ledger_stats.syncs - ledger_stats.inline_syncs)
         topics.add_metric(["standalone"], len(self.service.topics))
         conns.add_metric(["standalone"], len(self.service.connections))
-        yield from (msg_in, bytes_in, msg_out, storage, backlog, producers, subs, consumers)
         fsync_time = GaugeMetricFamily(
             "magnetar_storage_fsync_seconds",
             "Moving average of an fdatasync's duration (persistent topics)",
@@ -117,7 +177,7 @@ class _TopicCollector(Collector):
             "Event loop rounds spent polling after input instead of sleeping",
         )
         idle_polls.add_metric([], self.service.idle_poller.rounds)  # set before admin starts
-        yield from (epoch, fsyncs, topics, conns, fsync_time, idle_polls)
+        yield from (topics, conns, fsync_time, idle_polls)
         replies = self.service.replies
         forwarded = CounterMetricFamily(
             "magnetar_rpc_replies_forwarded",
@@ -131,8 +191,11 @@ class _TopicCollector(Collector):
 
 class BrokerMetrics:
     def __init__(self, service: BrokerService) -> None:
+        self.service = service
         self.registry = CollectorRegistry()
-        self.registry.register(_TopicCollector(service))
+        self._topic_snapshot = _Snapshot()
+        self.registry.register(self._topic_snapshot)
+        self.registry.register(_BrokerCollector(service))
         self.replies_held = Counter(
             "magnetar_rpc_replies_held",
             "PIP-371 replies held for a requester that was not attached",
@@ -144,6 +207,7 @@ class BrokerMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self._render_lock = asyncio.Lock()
 
     def reply_held(self) -> None:
         self.replies_held.inc()
@@ -152,4 +216,24 @@ class BrokerMetrics:
         self.replies_dropped.labels(reason=reason).inc()
 
     def render(self) -> bytes:
+        """The exposition, all on the calling thread (tests and small brokers)."""
+        rows = [_topic_row(t) for t in list(self.service.topics.values())]
+        self._topic_snapshot.families = list(_topic_families(rows))
+        return bytes(generate_latest(self.registry))
+
+    async def render_async(self) -> bytes:
+        """The exposition without a long event loop stall at thousands of topics: the
+        topics are read a chunk per loop turn, and the text is built on a worker thread
+        from those plain numbers (the GIL's switch interval lets the loop run meanwhile)."""
+        async with self._render_lock:  # concurrent scrapes share one snapshot slot
+            rows: list[_TopicRow] = []
+            topics = list(self.service.topics.values())
+            for start in range(0, len(topics), _SNAPSHOT_CHUNK):
+                rows.extend(_topic_row(t) for t in topics[start : start + _SNAPSHOT_CHUNK])
+                if start + _SNAPSHOT_CHUNK < len(topics):
+                    await asyncio.sleep(0)
+            return await asyncio.to_thread(self._render_rows, rows)
+
+    def _render_rows(self, rows: list[_TopicRow]) -> bytes:
+        self._topic_snapshot.families = list(_topic_families(rows))
         return bytes(generate_latest(self.registry))
