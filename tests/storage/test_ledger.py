@@ -336,6 +336,29 @@ async def test_trim_consumed_follows_the_slowest_cursor(make_ledger: LedgerFacto
     assert reopened.first_entry_id == 85
 
 
+async def test_trim_consumed_async_writes_cursors_first_and_skips_one_segment_logs(
+    make_ledger: LedgerFactory, tmp_path: Path
+) -> None:
+    small = make_ledger(segment_max_bytes=1 << 20)  # every entry in the active segment
+    for entry_id in range(10):
+        small.append(payload(entry_id, size=92))
+    await small.flush()
+    small.open_cursor("sub", -1).ack_cumulative(9)
+    assert await small.trim_consumed_async() == 0
+    await small.close()
+
+    ledger = make_ledger(tmp_path / "other", segment_max_bytes=500)
+    for entry_id in range(100):
+        ledger.append(payload(entry_id, size=92))
+    await ledger.flush()
+    cursor = ledger.open_cursor("sub", -1)
+    cursor.ack_cumulative(23)
+    assert await ledger.trim_consumed_async() == 20
+    assert not cursor.dirty
+    await ledger.close()
+    assert await ledger.trim_consumed_async() == 0  # closed: nothing, no error
+
+
 async def test_cursors_persist_with_the_ledger(make_ledger: LedgerFactory) -> None:
     ledger = make_ledger()
     cursor = ledger.open_cursor("sub/one", 4)

@@ -274,6 +274,18 @@ class ManagedLedger:
             return 0
         return self.trim(min(marks) + 1)
 
+    async def trim_consumed_async(self) -> int:
+        """``trim_consumed`` for a periodic task on the loop: a ledger with only its
+        active segment (most of them) costs nothing, and dirty cursors are written on a
+        worker thread first, so the trim's own flush finds (almost) nothing to write."""
+        if len(self._segments.segments) <= 1:
+            return 0
+        if self.has_dirty_cursors():
+            await self.flush_cursors_async()
+        if self._pipeline.state is not State.OPEN:
+            return 0  # closed (unloaded) meanwhile
+        return self.trim_consumed()
+
     # ------------------------------------------------------------------- cursors
 
     def open_cursor(self, name: str, initial_mark_delete: int) -> ManagedCursor:
