@@ -123,6 +123,13 @@ class BrokerConfig:
             "on /metrics); 0 disables"
         ),
     )
+    loop_stall_trace_seconds: float = field(
+        default=0.0,
+        metadata=_help(
+            "when the event loop has not ticked for this many seconds, log the stack of "
+            "what it is running (a diagnostic; needs the lag probe on); 0 disables"
+        ),
+    )
     dispatch_before_sync: bool = field(
         default=True,
         metadata=_help(
@@ -326,6 +333,7 @@ class BrokerConfig:
             "segment_reserve_max_bytes",
             "idle_poll_us",
             "loop_lag_probe_interval",
+            "loop_stall_trace_seconds",
             "cache_max_bytes",
             "default_partitions",
             "max_partitions_per_topic",

@@ -32,8 +32,8 @@ class LoopLagProbe:
 
     BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-    __slots__ = ("_clock", "_sleep", "counts", "interval", "max_seconds", "stall_seconds",
-                 "stalls", "total")
+    __slots__ = ("_clock", "_sleep", "counts", "interval", "max_seconds", "on_wake",
+                 "stall_seconds", "stalls", "total")
 
     def __init__(
         self,
@@ -51,6 +51,8 @@ class LoopLagProbe:
         self.stalls = 0
         self.counts = [0] * (len(self.BUCKETS) + 1)  # the last one is +Inf
         self.total = 0.0
+        # Called on each wake-up (the stall tracer's heartbeat), when set.
+        self.on_wake: Callable[[], None] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -77,10 +79,13 @@ class LoopLagProbe:
         if not self.enabled:
             return
         interval, clock, sleep, observe = self.interval, self._clock, self._sleep, self.observe
+        on_wake = self.on_wake
         while True:
             due = clock() + interval
             await sleep(interval)
             observe(clock() - due)
+            if on_wake is not None:
+                on_wake()
 
     # ------------------------------------------------------------ /metrics
 

@@ -18,6 +18,7 @@ from magnetar.broker.limits import ConnectionLimits, PublishBuffer
 from magnetar.broker.loop_lag import LoopLagProbe
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.rpc import ReplyRouter
+from magnetar.broker.stall_tracer import StallTracer
 from magnetar.broker.topic import Topic, TopicUnavailable
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.message_id import MessageId
@@ -49,6 +50,9 @@ class BrokerService:
         )
         self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_bytes)
         self.loop_lag = LoopLagProbe(config.loop_lag_probe_interval)
+        self.stall_tracer = StallTracer(config.loop_stall_trace_seconds)
+        if self.loop_lag.enabled and self.stall_tracer.enabled:
+            self.loop_lag.on_wake = self.stall_tracer.beat
         self.metrics = BrokerMetrics(self)
         self.replies = ReplyRouter(self)
         self._producer_seq = itertools.count()
@@ -122,6 +126,8 @@ class BrokerService:
         self._timers.append(self.loop.create_task(self._retention()))
         self._timers.append(self.loop.create_task(self._idle_unloader()))
         self._timers.append(self.loop.create_task(self.loop_lag.run()))
+        if self.loop_lag.enabled:
+            self.stall_tracer.start()
         log.info(
             "magnetar broker listening on %s (data in %s, sync policy %s)",
             self.config.service_url,
@@ -149,6 +155,7 @@ class BrokerService:
             self._server.close()
         for task in self._timers:
             task.cancel()
+        self.stall_tracer.stop()
         for cnx in list(self.connections):
             cnx.close()
         for topic in list(self.topics.values()):
