@@ -159,9 +159,9 @@ def source_of_magnetar() -> str:
     return f"{where} (commit {rev}{', with uncommitted changes' if dirty else ''})"
 
 
-def floor_rss() -> tuple[float, float]:
-    """RSS and peak of a bare ``python -c 'import magnetar.broker.service'``."""
-    code = "import magnetar.broker.service, sys; print('ready', flush=True); sys.stdin.read()"
+def floor_rss(module: str = "magnetar.broker.service") -> tuple[float, float]:
+    """RSS and peak of a bare ``python -c 'import MODULE'``."""
+    code = f"import {module}, sys; print('ready', flush=True); sys.stdin.read()"
     process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True)
     try:
@@ -709,6 +709,9 @@ def main() -> int:
     floor_mb, floor_peak = floor_rss()
     log(f"floor: python -c 'import magnetar.broker.service': RSS {floor_mb:.1f} MB "
         f"(peak {floor_peak:.1f} MB)")
+    served_mb, _ = floor_rss("magnetar.server")
+    log(f"imports of 'magnetar serve' (python -c 'import magnetar.server': the broker and "
+        f"its admin HTTP server, aiohttp): RSS {served_mb:.1f} MB")
     results = []
     for name in names:
         log(f"== {name}")
@@ -721,7 +724,7 @@ def main() -> int:
     log("")
     log(f"$ {command}")
     log(f"floor (python -c 'import magnetar.broker.service'): RSS {floor_mb:.1f} MB; "
-        f"'x floor' is peak RSS / floor")
+        f"'x floor' is peak RSS / floor; 'magnetar serve' imports alone: {served_mb:.1f} MB")
     print_table(results, floor_mb)
     log("")
     for r in results:
