@@ -353,8 +353,12 @@ async def test_trim_consumed_async_writes_cursors_first_and_skips_one_segment_lo
     await ledger.flush()
     cursor = ledger.open_cursor("sub", -1)
     cursor.ack_cumulative(23)
+    files_before = set((tmp_path / "other" / "ledger").iterdir())
     assert await ledger.trim_consumed_async() == 20
     assert not cursor.dirty
+    deleted = files_before - set((tmp_path / "other" / "ledger").iterdir())
+    assert len([p for p in deleted if p.suffix == ".seg"]) >= 1  # deleted on a worker thread
+    assert ledger.first_entry_id == 20
     await ledger.close()
     assert await ledger.trim_consumed_async() == 0  # closed: nothing, no error
 

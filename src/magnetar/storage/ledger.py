@@ -36,7 +36,11 @@ from magnetar.storage.ledger_config import SYNC_POLICIES, LedgerConfig, LedgerSt
 from magnetar.storage.recovery import recover_segments
 from magnetar.storage.segment import Segment
 from magnetar.storage.segment_files import SegmentFiles
-from magnetar.storage.segment_set import DEFAULT_READ_MAX_BYTES, SegmentSet
+from magnetar.storage.segment_set import (
+    DEFAULT_READ_MAX_BYTES,
+    SegmentSet,
+    delete_segment_files,
+)
 from magnetar.storage.sync_load import SyncLoad
 from magnetar.storage.write_pipeline import State, WritePipeline
 
@@ -276,15 +280,23 @@ class ManagedLedger:
 
     async def trim_consumed_async(self) -> int:
         """``trim_consumed`` for a periodic task on the loop: a ledger with only its
-        active segment (most of them) costs nothing, and dirty cursors are written on a
-        worker thread first, so the trim's own flush finds (almost) nothing to write."""
+        active segment (most of them) costs nothing, dirty cursors are written on a
+        worker thread first (so the marks' own flush finds almost nothing to write),
+        and the trimmed files are deleted on a worker thread."""
         if len(self._segments.segments) <= 1:
             return 0
         if self.has_dirty_cursors():
             await self.flush_cursors_async()
         if self._pipeline.state is not State.OPEN:
             return 0  # closed (unloaded) meanwhile
-        return self.trim_consumed()
+        marks = self._cursors.durable_marks()
+        if not marks:
+            return 0
+        self._check_readable()
+        removed, paths = self._segments.detach_before(min(marks) + 1)
+        if paths:
+            await asyncio.to_thread(delete_segment_files, paths)
+        return removed
 
     # ------------------------------------------------------------------- cursors
 

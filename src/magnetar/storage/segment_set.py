@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from bisect import bisect_right
+from pathlib import Path
 
 from magnetar.storage.cache import EntryCache
 from magnetar.storage.errors import EntryNotFound
@@ -105,7 +106,18 @@ class SegmentSet:
         Never the active segment.  Returns the number of entries removed.  Files go
         oldest first, so a crash part-way leaves a gap that recovery recognises.
         """
+        removed, paths = self.detach_before(before_entry_id)
+        delete_segment_files(paths)
+        return removed
+
+    def detach_before(self, before_entry_id: int) -> tuple[int, list[Path]]:
+        """Drop the whole segments below ``before_entry_id`` from the set (never the
+        active one) and close them; returns the entries removed and the files to
+        delete, oldest first, with ``delete_segment_files`` (a worker thread may: an
+        unlink of a big file can take tens of milliseconds).  Nothing reads them
+        once detached."""
         removed = 0
+        paths: list[Path] = []
         segments = self.segments
         while len(segments) > 1 and segments[0].end_entry_id <= before_entry_id:
             segment = segments.pop(0)
@@ -113,13 +125,21 @@ class SegmentSet:
             removed += segment.count
             self.size_bytes -= segment.size
             segment.close()
-            with contextlib.suppress(FileNotFoundError):
-                index_path(segment.path).unlink()  # first: a segment without one is scanned
-            segment.path.unlink()
+            paths.append(segment.path)
         if removed:
             self._cache.drop_before(self.first_entry_id)
-        return removed
+        return removed, paths
 
     def close_all(self) -> None:
         for segment in self.segments:
             segment.close()
+
+
+def delete_segment_files(paths: list[Path]) -> None:
+    """Delete detached segments' files, oldest first, each one's index before it (a
+    segment without an index is scanned; an index without its segment is an orphan)."""
+    for path in paths:
+        # FileNotFoundError: no index (a segment scanned at load), or the topic deleted
+        for doomed in (index_path(path), path):
+            with contextlib.suppress(FileNotFoundError):
+                doomed.unlink()
