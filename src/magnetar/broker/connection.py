@@ -29,6 +29,7 @@ import itertools
 import logging
 import socket
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
@@ -57,6 +58,13 @@ _connection_ids = itertools.count(1)
 PAUSED_PENDING = 1  # max_pending_publish_requests_per_connection messages unreceipted
 PAUSED_BUFFER = 2  # the broker-wide publish buffer is over max_message_publish_buffer_bytes
 PAUSED_WRITE = 4  # its write buffer is over the high-water mark (the peer does not read)
+PAUSED_TURN = 8  # one read's frames took a loop turn's share; the rest wait for the next turn
+
+# A read can hold thousands of frames (1 MB of small SENDs); handling them all in one
+# callback would stall every other connection, so a turn stops after this long and the
+# rest of the frames are handled from the next one (checked every _FRAMES_PER_CLOCK).
+TURN_BUDGET_SECONDS = 0.01
+_FRAMES_PER_CLOCK = 32
 
 
 Handler = Callable[["ServerCnx", BaseCommand, Frame], None]
@@ -279,9 +287,17 @@ class ServerCnx(asyncio.Protocol):
         self._handle_frames(frames)
 
     def _handle_frames(self, frames: list[Frame]) -> None:
+        started = time.perf_counter()
         for i, frame in enumerate(frames):
             if not self.alive:
                 return
+            if (
+                i % _FRAMES_PER_CLOCK == _FRAMES_PER_CLOCK - 1
+                and not self.read_paused
+                and time.perf_counter() - started > TURN_BUDGET_SECONDS
+            ):
+                self._pause_reading(PAUSED_TURN)
+                self.loop.call_soon(self._resume_reading, PAUSED_TURN)
             if self.read_paused:
                 self._held = frames[i:]  # handled in order once reading resumes
                 return
