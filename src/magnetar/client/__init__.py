@@ -16,6 +16,12 @@ from magnetar.client.auth import Authentication, AuthenticationToken
 from magnetar.client.backoff import Backoff, MultiplierRedeliveryBackoff, RedeliveryBackoff
 from magnetar.client.client import Client
 from magnetar.client.consumer import Consumer
+from magnetar.client.consumer_options import (
+    ConsumerConfigError,
+    consumer_options,
+    load_consumer_options,
+)
+from magnetar.client.dead_letter import DeadLetterPolicy
 from magnetar.client.errors import (
     AlreadyClosed,
     ConnectError,
@@ -53,6 +59,8 @@ __all__ = [
     "ConnectError",
     "Consumer",
     "ConsumerBusy",
+    "ConsumerConfigError",
+    "DeadLetterPolicy",
     "IncompatibleSchema",
     "JsonSchema",
     "Message",
@@ -77,4 +85,6 @@ __all__ = [
     "TimeoutError",
     "TopicNotFound",
     "TopicTerminated",
+    "consumer_options",
+    "load_consumer_options",
 ]

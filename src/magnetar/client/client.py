@@ -19,11 +19,13 @@ from magnetar.client.consumer import (
     ConsumerConfig,
     MessageListener,
 )
+from magnetar.client.dead_letter import DEFAULT_ACK_TIMEOUT_FOR_DEAD_LETTER, DeadLetterPolicy
 from magnetar.client.errors import AlreadyClosed
 from magnetar.client.lookup import LookupService
 from magnetar.client.pool import ConnectionPool
 from magnetar.client.producer import ACCESS_MODES, PartitionProducer, Producer, ProducerConfig
 from magnetar.client.reader import Reader
+from magnetar.client.retry_topic import retry_letter_policy
 from magnetar.client.routing import Router, make_router
 from magnetar.client.schema import SchemaInfo
 from magnetar.client.topic_name import complete_topic_name, partition_name, pattern_namespace
@@ -178,6 +180,9 @@ class Client:
         ack_timeout: float | None = None,
         negative_ack_redelivery_delay: float | None = None,
         negative_ack_redelivery_backoff: RedeliveryBackoff | None = None,
+        ack_timeout_redelivery_backoff: RedeliveryBackoff | None = None,
+        dead_letter_policy: DeadLetterPolicy | None = None,
+        retry_enable: bool = False,
         durable: bool = True,
         schema: SchemaInfo | None = None,
         properties: Mapping[str, str] | None = None,
@@ -197,9 +202,19 @@ class Client:
         A nacked message comes again after ``negative_ack_redelivery_delay`` seconds
         (60 unless given) or, with a PIP-106 ``negative_ack_redelivery_backoff``, after
         the delay the backoff computes from its redelivery count; giving both is a
-        ``ValueError``.
+        ``ValueError``. An ``ack_timeout_redelivery_backoff`` holds a message whose ack
+        timed out back for the delay it computes before asking for its redelivery.
+
+        With a ``dead_letter_policy`` a message that failed more than its
+        ``max_redeliver_count`` times goes to the dead-letter topic (see
+        :mod:`magnetar.client.dead_letter`); the ack timeout is then 30 s unless given
+        (``ack_timeout=0`` turns it off), as in the Java client. ``retry_enable``
+        subscribes to the retry topic too and enables ``consumer.reconsume_later``
+        (see :mod:`magnetar.client.retry_topic`).
         """
         self._check_open()
+        if dead_letter_policy is not None and ack_timeout is None:
+            ack_timeout = DEFAULT_ACK_TIMEOUT_FOR_DEAD_LETTER
         conf = ConsumerConfig(
             subscription=subscription,
             subscription_type=_choice("subscription_type", subscription_type,
@@ -211,6 +226,9 @@ class Client:
             ack_timeout=ack_timeout,
             negative_ack_redelivery_delay=negative_ack_redelivery_delay,
             negative_ack_redelivery_backoff=negative_ack_redelivery_backoff,
+            ack_timeout_redelivery_backoff=ack_timeout_redelivery_backoff,
+            dead_letter_policy=dead_letter_policy,
+            retry_enable=retry_enable,
             durable=durable,
             schema=schema,
             properties=dict(properties or {}),
@@ -237,6 +255,14 @@ class Client:
             topics = list(dict.fromkeys(complete_topic_name(t) for t in topic))
             if not topics:
                 raise ValueError("subscribe() needs at least one topic")
+        if retry_enable:
+            if not topics:
+                raise ValueError("retry_enable needs topic names, not a pattern")
+            conf.dead_letter_policy = retry_letter_policy(topics[0], subscription,
+                                                          dead_letter_policy)
+            retry_topic = complete_topic_name(conf.dead_letter_policy.retry_letter_topic or "")
+            if retry_topic not in topics:
+                topics.append(retry_topic)
         consumer = Consumer(self, topics, conf, **kwargs)
         await consumer._start()
         self._open.add(consumer)

@@ -14,14 +14,16 @@ import builtins
 import inspect
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from magnetar.client.acks import BatchAcker
+from magnetar.client.dead_letter import LetterProducers
 from magnetar.client.errors import AlreadyClosed, PulsarError, TimeoutError
 from magnetar.client.message import Message
 from magnetar.client.receiver_queue import ReceiverQueue
 from magnetar.client.request_reply import Request
+from magnetar.client.retry_topic import reconsume_later
 from magnetar.client.topic_consumer import (
     INITIAL_POSITIONS,
     SUBSCRIPTION_TYPES,
@@ -88,6 +90,12 @@ class Consumer:
         self._discovery_task: asyncio.Task[None] | None = None
         self._failure: PulsarError | None = None
         self._since_yield = 0
+        # PIP-106: the producers of dead and retry letters, created on first use.
+        policy = conf.dead_letter_policy
+        self._letters = (
+            LetterProducers(client, policy.initial_subscription_name)
+            if policy is not None else None
+        )
 
     # ------------------------------------------------------------------ setup
 
@@ -207,7 +215,10 @@ class Consumer:
         if type(item) is Message:
             return item
         assert isinstance(item, RawEntry)
-        messages = item._consumer.decode(item)
+        sub = item._consumer
+        messages = sub.decode(item)
+        if sub._dead_letters is not None and messages:
+            messages = sub.screen_dead_letters(item, messages)
         if not messages:
             return None
         if len(messages) > 1:
@@ -380,6 +391,38 @@ class Consumer:
         count = message.redelivery_count if isinstance(message, Message) else 0
         sub.negative_acknowledge(message_id, count)
 
+    async def reconsume_later(
+        self,
+        message: Message,
+        delay: float,
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        """Have ``message`` delivered again in ``delay`` seconds through the retry topic
+        (``subscribe(..., retry_enable=True)``), with ``properties`` added to its own;
+        past the dead-letter policy's ``max_redeliver_count`` it goes to the DLQ.
+
+        Returns once the copy is receipted and the original acknowledged. If either
+        fails, the original is redelivered at once and the error raised.
+        """
+        self._check_open()
+        if not self.conf.retry_enable or self._letters is None:
+            raise ValueError("reconsume_later() needs subscribe(..., retry_enable=True)")
+        if not isinstance(message, Message):
+            raise TypeError("reconsume_later() needs the Message itself (its copy carries "
+                            "its payload and properties)")
+        sub, message_id, _ = self._sub_for(message)
+        policy = self.conf.dead_letter_policy
+        assert policy is not None
+        try:
+            await reconsume_later(self._letters, policy, message, delay, properties,
+                                  self.acknowledge)
+        except Exception:
+            if not self._closed:
+                if sub._unacked is not None:
+                    sub._unacked.remove(message_id)
+                sub._redeliver([(message_id.ledger_id, message_id.entry_id)])
+            raise
+
     async def flush_acks(self) -> None:
         """Send every queued ack now."""
         for sub in self._subs.values():
@@ -462,6 +505,8 @@ class Consumer:
 
     async def _finish_close(self) -> None:
         self._closed = True
+        if self._letters is not None:
+            await self._letters.close()
         self._queue.close(AlreadyClosed(f"consumer {self.conf.subscription} is closed"))
         for task in (self._listener_task, self._discovery_task):
             if task is not None and task is not asyncio.current_task():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from magnetar.client import client as _aclient
@@ -210,6 +210,12 @@ class Consumer:
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
         self._runner.call(self._consumer.negative_acknowledge, message)
+
+    def reconsume_later(
+        self, message: Message, delay: float, properties: Mapping[str, str] | None = None
+    ) -> None:
+        """Through the retry topic, ``delay`` seconds later (``retry_enable=True``)."""
+        self._runner.run(self._consumer.reconsume_later(message, delay, properties))
 
     def redeliver_unacknowledged_messages(self) -> None:
         self._runner.call(self._consumer.redeliver_unacknowledged_messages)

@@ -21,6 +21,7 @@ from magnetar.client.ack_timeout import AckTimeoutTracker
 from magnetar.client.acks import AckGroupingTracker, BatchAcker, Position
 from magnetar.client.backoff import Clock, RedeliveryBackoff
 from magnetar.client.connection import Connection
+from magnetar.client.dead_letter import DeadLetterCandidates, DeadLetterPolicy, send_dead_letters
 from magnetar.client.errors import (
     AlreadyClosed,
     MessageTooBig,
@@ -69,6 +70,9 @@ class ConsumerConfig:
     ack_timeout: float | None = None
     negative_ack_redelivery_delay: float | None = None  # seconds; None: 60, or the backoff
     negative_ack_redelivery_backoff: RedeliveryBackoff | None = None
+    ack_timeout_redelivery_backoff: RedeliveryBackoff | None = None
+    dead_letter_policy: DeadLetterPolicy | None = None
+    retry_enable: bool = False
     durable: bool = True
     schema: SchemaInfo | None = None
     properties: dict[str, str] = field(default_factory=dict)
@@ -88,6 +92,8 @@ class ConsumerConfig:
                 "give either negative_ack_redelivery_delay or negative_ack_redelivery_backoff, "
                 "not both (the backoff decides every nack's delay)"
             )
+        if self.ack_timeout_redelivery_backoff is not None and not self.ack_timeout:
+            raise ValueError("ack_timeout_redelivery_backoff needs an ack_timeout")
 
     @property
     def shared(self) -> bool:
@@ -140,8 +146,18 @@ class TopicConsumer(ConnectionHandler):
         self._nack_timer: asyncio.TimerHandle | None = None
         self._nack_timer_at = 0.0
         self._unacked = (
-            AckTimeoutTracker(conf.ack_timeout, clock=self._clock) if conf.ack_timeout else None
+            AckTimeoutTracker(conf.ack_timeout, backoff=conf.ack_timeout_redelivery_backoff,
+                              clock=self._clock) if conf.ack_timeout else None
         )
+        # PIP-106 dead letters: entries that go to the DLQ on their next failure.
+        policy = conf.dead_letter_policy
+        self._dead_letters = (
+            DeadLetterCandidates(policy.max_redeliver_count) if policy is not None else None
+        )
+        self._dead_letter_topic = (
+            policy.dead_letter_topic_for(topic, conf.subscription) if policy is not None else ""
+        )
+        self._letter_tasks: set[asyncio.Task[None]] = set()
         self._unacked_timer: asyncio.TimerHandle | None = None
         self._batch_ackers: dict[Position, BatchAcker] = {}
         # Non-durable subscriptions (readers) say where to start; after a reconnect
@@ -168,6 +184,8 @@ class TopicConsumer(ConnectionHandler):
         conf = self.conf
         # What was prefetched from the old connection comes again from the broker.
         self._queue.remove_if(self._mine)
+        if self._dead_letters is not None:
+            self._dead_letters.clear()
         if not conf.durable and self.last_dequeued is not None:
             self._start = self.last_dequeued
             self._start_inclusive = False
@@ -253,7 +271,14 @@ class TopicConsumer(ConnectionHandler):
         # Decoding waits until the application takes the entry (see decode): the
         # FLOW that frees room then goes out while later entries are still queued,
         # so the broker works on the next ones while this process decodes.
-        self._queue.put(RawEntry(self, cmd, body))
+        raw = RawEntry(self, cmd, body)
+        letters = self._dead_letters
+        if letters is not None and cmd.redelivery_count > letters.max_redeliver_count:
+            # Failed too often already (e.g. its consumer crashed): to the DLQ at once,
+            # as the Java client does, whether or not the application is receiving.
+            self.screen_dead_letters(raw, self.decode(raw))
+            return
+        self._queue.put(raw)
 
     def decode(self, raw: RawEntry) -> list[Message]:
         """The messages of a received entry, in order (none if all are skipped)."""
@@ -370,7 +395,7 @@ class TopicConsumer(ConnectionHandler):
                 self._permits = 0
         self._last_taken = msg
         if self._unacked is not None:
-            self._unacked.add(msg.message_id)
+            self._unacked.add(msg.message_id, msg.redelivery_count)
             if self._unacked_timer is None:
                 self._arm_unacked_timer()
 
@@ -397,6 +422,8 @@ class TopicConsumer(ConnectionHandler):
                     del self._batch_ackers[position]
         if self._nacked:
             self._nacks.remove(position)
+        if self._dead_letters is not None:
+            self._dead_letters.discard(position)
         self._queue_ack(position)
 
     def _queue_ack(self, position: Position) -> None:
@@ -580,6 +607,15 @@ class TopicConsumer(ConnectionHandler):
         self._arm_unacked_timer()
 
     def _redeliver(self, positions: list[Position]) -> None:
+        if self._dead_letters is not None and self.conf.shared:
+            # Exclusive and failover subscriptions redeliver everything unacked, the
+            # entry too: it comes back over the limit and is diverted on arrival.
+            positions = self._divert_to_dead_letters(positions)
+        self._request_redelivery(positions)
+
+    def _request_redelivery(self, positions: list[Position]) -> None:
+        if not positions:
+            return
         if not self.conf.shared:
             # Exclusive and failover subscriptions keep order: the broker sends
             # everything unacked again; the ids say which entries are redelivered
@@ -596,6 +632,49 @@ class TopicConsumer(ConnectionHandler):
             for ledger, entry in positions[start:start + 1000]:
                 red.message_ids.add(ledgerId=ledger, entryId=entry)
             conn.send_command(cmd)
+
+    # ------------------------------------------------------------------ dead letters
+
+    def screen_dead_letters(self, raw: RawEntry, messages: list[Message]) -> list[Message]:
+        """The messages of a decoded entry the application gets: none if the entry came
+        more often than the dead-letter policy allows (it goes to the DLQ instead)."""
+        assert self._dead_letters is not None
+        mid = raw.command.message_id
+        position = (mid.ledgerId, mid.entryId)
+        if self._dead_letters.screen(position, raw.command.redelivery_count, messages):
+            self._credit(len(messages))  # never handed out: their permits come back
+            self._divert_to_dead_letters([position])
+            return []
+        if not self.conf.shared:
+            self._dead_letters.discard(position)  # redelivered whole, see _redeliver
+        return messages
+
+    def _divert_to_dead_letters(self, positions: list[Position]) -> list[Position]:
+        """Send the entries that reached the policy's limit to the DLQ (in the
+        background); returns the others."""
+        assert self._dead_letters is not None
+        diverted, rest = self._dead_letters.divert(positions)
+        if diverted:
+            task = self._loop.create_task(self._send_dead_letters(diverted))
+            self._letter_tasks.add(task)
+            task.add_done_callback(self._letter_tasks.discard)
+        return rest
+
+    async def _send_dead_letters(self, entries: dict[Position, list[Message]]) -> None:
+        letters = self._parent._letters
+        assert letters is not None
+        done = await send_dead_letters(letters, self._dead_letter_topic, entries)
+        for position in done:
+            self._batch_ackers.pop(position, None)
+            if self._unacked is not None:
+                self._unacked.remove_entry(position)
+            if self._nacked:
+                self._nacks.remove(position)
+            self._queue_ack(position)
+        sent = set(done)
+        failed = [p for p in entries if p not in sent]
+        if failed and not self._closed:
+            self._request_redelivery(failed)  # they come again and are tried again
 
     def redeliver_all(self, counted: list[Position] | None = None) -> None:
         """Ask the broker to send every unacked message again (a new consumer epoch).
@@ -669,6 +748,8 @@ class TopicConsumer(ConnectionHandler):
         self._nacks.clear()
         if self._unacked is not None:
             self._unacked.clear()
+        if self._dead_letters is not None:
+            self._dead_letters.clear()
         self._last_taken = None
         if not self.conf.durable:
             self._start = target if isinstance(target, MessageId) else None
@@ -726,6 +807,9 @@ class TopicConsumer(ConnectionHandler):
     async def close(self) -> None:
         if self._closed:
             return
+        if self._letter_tasks:
+            # Dead letters on their way: let them arrive and their acks be sent.
+            await asyncio.wait(set(self._letter_tasks), timeout=self._client.operation_timeout)
         self._flush_acks()
         conn = self._conn
         self._shutdown()
@@ -745,6 +829,8 @@ class TopicConsumer(ConnectionHandler):
             if timer is not None:
                 timer.cancel()
         self._ack_timer = self._nack_timer = self._unacked_timer = None
+        for task in list(self._letter_tasks):
+            task.cancel()
         self._queue.remove_if(self._mine)
 
     def flush_to_socket(self) -> None:
