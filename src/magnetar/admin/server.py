@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from magnetar.admin.policies import add_policy_routes
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class AdminServer:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
         self.app = web.Application()
+        add_policy_routes(self.app, service)  # first: DELETE .../{topic} would match them
         self.runner: web.AppRunner | None = None
         self._sock: socket.socket | None = None
         self.port = 0

@@ -265,6 +265,30 @@ class BrokerConfig:
     cursor_flush_interval: float = field(
         default=1.0, metadata=_help("seconds between writes of subscription positions")
     )
+    redelivery_backoff_min_ms: int = field(
+        default=0,
+        metadata=_help(
+            "broker-side redelivery backoff (PIP-106 for clients without it): a message "
+            "named in a redelivery request (a negative ack) is held back "
+            "min(max, min * multiplier ** redelivery count) ms before it goes out again; "
+            "a consumer that disconnects is not waited for. The default of every "
+            "subscription; namespaces and topics may set their own (admin API). 0: off"
+        ),
+    )
+    redelivery_backoff_max_ms: int = field(
+        default=60_000, metadata=_help("the longest redelivery backoff, in milliseconds")
+    )
+    redelivery_backoff_multiplier: float = field(
+        default=2.0, metadata=_help("growth of the redelivery backoff per redelivery (>= 1)")
+    )
+    max_redelivery_counts_per_subscription: int = field(
+        default=10_000,
+        metadata=_help(
+            "redelivery counts a subscription keeps, in memory and with its position on "
+            "disk (so they survive a restart); past it the least recently counted "
+            "message is forgotten and counts from 0 again"
+        ),
+    )
     retention_check_interval: float = field(
         default=10.0, metadata=_help("seconds between removals of consumed segments")
     )
@@ -356,6 +380,13 @@ class BrokerConfig:
             raise ConfigError(
                 "delayed_delivery_max_tracked", self.delayed_delivery_max_tracked, "must be >= 1"
             )
+        _check_redelivery_backoff(self)
+        if self.max_redelivery_counts_per_subscription < 1:
+            raise ConfigError(
+                "max_redelivery_counts_per_subscription",
+                self.max_redelivery_counts_per_subscription,
+                "must be >= 1",
+            )
         if self.max_open_segment_files < 1:
             raise ConfigError(
                 "max_open_segment_files", self.max_open_segment_files, "must be >= 1"
@@ -369,6 +400,24 @@ class BrokerConfig:
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _check_redelivery_backoff(config: BrokerConfig) -> None:
+    for name in ("redelivery_backoff_min_ms", "redelivery_backoff_max_ms"):
+        if getattr(config, name) < 0:
+            raise ConfigError(name, getattr(config, name), "must be >= 0")
+    if config.redelivery_backoff_min_ms and (
+        config.redelivery_backoff_max_ms < config.redelivery_backoff_min_ms
+    ):
+        raise ConfigError(
+            "redelivery_backoff_max_ms",
+            config.redelivery_backoff_max_ms,
+            f"must be >= redelivery_backoff_min_ms ({config.redelivery_backoff_min_ms})",
+        )
+    if config.redelivery_backoff_multiplier < 1:
+        raise ConfigError(
+            "redelivery_backoff_multiplier", config.redelivery_backoff_multiplier, "must be >= 1"
+        )
 
 
 def _check_port(name: str, port: int) -> None:

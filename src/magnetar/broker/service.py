@@ -17,6 +17,7 @@ from magnetar.broker.idle_poll import IdlePoller
 from magnetar.broker.limits import ConnectionLimits, PublishBuffer
 from magnetar.broker.loop_lag import LoopLagProbe
 from magnetar.broker.metrics import BrokerMetrics
+from magnetar.broker.redelivery_backoff import BackoffPolicies, RedeliveryBackoffPolicy
 from magnetar.broker.rpc import ReplyRouter
 from magnetar.broker.stall_tracer import StallTracer
 from magnetar.broker.topic import Topic, TopicUnavailable
@@ -55,6 +56,9 @@ class BrokerService:
             self.loop_lag.on_wake = self.stall_tracer.beat
         self.metrics = BrokerMetrics(self)
         self.replies = ReplyRouter(self)
+        self.backoff_policies = BackoffPolicies(
+            RedeliveryBackoffPolicy.from_config(config), config.data_dir
+        )
         self._producer_seq = itertools.count()
         self._started_ms = self.clock_ms() % (1 << 40)
         self._server: asyncio.AbstractServer | None = None
@@ -406,8 +410,10 @@ class BrokerService:
             self._info_share,
             ledgers,
             self.config.delayed_delivery_max_tracked,
+            max_redelivery_counts=self.config.max_redelivery_counts_per_subscription,
         )
         topic.on_storage_failure = self._topic_failed
+        topic.redelivery_backoff_of = self.backoff_policies.effective
         self.topics[full] = topic
         share = self._info_share()
         if share < self._info_trimmed_share * 3 // 4:

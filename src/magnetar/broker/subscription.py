@@ -4,6 +4,12 @@ Entries flow from the topic's ledger to consumers in entry order. An entry that
 was sent and not acknowledged is *pending* on one consumer; an entry that must
 go out again (negative ack, consumer gone, redeliver request) waits in the
 *replay* set, which is always served before new entries.
+
+With a redelivery backoff in force (see redelivery_backoff.py), an entry a consumer
+asked to have redelivered waits in the delayed-delivery tracker until its backoff has
+passed, instead of going to the replay set at once; other entries go out meanwhile.
+Redelivery counts live in the durable cursor's ``RedeliveryCounts`` (persisted with
+the position, bounded), or in one of the subscription's own for a reader.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from magnetar.broker.dispatchers import (
 )
 from magnetar.broker.failover import FailoverHandover
 from magnetar.protocol.pb import pb
+from magnetar.storage.cursor import RedeliveryCounts
 
 if TYPE_CHECKING:
     from magnetar.broker.consumer import Consumer
+    from magnetar.broker.redelivery_backoff import RedeliveryBackoffPolicy
     from magnetar.broker.topic import Topic
 
 log = logging.getLogger("magnetar.broker.subscription")
@@ -71,7 +79,11 @@ class Subscription:
         self.read_position = cursor.mark_delete + 1
         self.replay: set[int] = set()
         self.pending: dict[int, Consumer] = {}
-        self.redelivery_counts: dict[int, int] = {}
+        counts = getattr(cursor, "redelivery_counts", None)
+        if not isinstance(counts, RedeliveryCounts):
+            counts = RedeliveryCounts()  # a reader's: not persisted
+        counts.set_limit(topic.max_redelivery_counts)
+        self.redelivery_counts: RedeliveryCounts = counts
         self.delayed = DelayedDeliveryTracker(topic.max_delayed_tracked)
         self._dispatch_scheduled = False
         self._delay_timer: asyncio.TimerHandle | None = None
@@ -147,9 +159,17 @@ class Subscription:
         return owner
 
     def return_pending(
-        self, consumer: Consumer, entry_ids: Iterable[int], count_redelivery: bool
+        self,
+        consumer: Consumer,
+        entry_ids: Iterable[int],
+        count_redelivery: bool,
+        backoff: RedeliveryBackoffPolicy | None = None,
     ) -> None:
+        """Take entries back from ``consumer`` to send again; with ``backoff`` (and
+        counted), each waits its backoff first."""
         counts = self.redelivery_counts
+        now_ms = self.clock_ms() if backoff is not None else 0
+        held = False
         for entry_id in entry_ids:
             if self.pending.get(entry_id) is not consumer:
                 consumer.pending.pop(entry_id, None)
@@ -158,8 +178,16 @@ class Subscription:
             if self.cursor.is_acked(entry_id):
                 continue
             if count_redelivery:
-                counts[entry_id] = counts.get(entry_id, 0) + 1
+                count = counts.increment(entry_id)
+                if backoff is not None:
+                    delay = backoff.delay_ms(count - 1)  # by the count it was sent with
+                    # A full tracker sends it at once: late beats lost.
+                    if delay > 0 and self.delayed.add(entry_id, now_ms + delay):
+                        held = True
+                        continue
             self.replay.add(entry_id)
+        if held:
+            self.arm_delay_timer()
 
     # ------------------------------------------------------------ flow and acks
 
@@ -171,7 +199,7 @@ class Subscription:
         self.cursor.ack(entry_ids)
         for entry_id in entry_ids:
             self._unpend(entry_id)
-            self.redelivery_counts.pop(entry_id, None)
+            self.redelivery_counts.discard(entry_id)
             self.replay.discard(entry_id)
             self.delayed.discard(entry_id)
         self.messages_acked += len(entry_ids)
@@ -181,27 +209,38 @@ class Subscription:
         self.cursor.ack_cumulative(entry_id)
         for pending_id in [e for e in self.pending if e <= entry_id]:
             self._unpend(pending_id)
-        for counted in [e for e in self.redelivery_counts if e <= entry_id]:
-            del self.redelivery_counts[counted]
+        self.redelivery_counts.discard_through(entry_id)
         self.replay = {e for e in self.replay if e > entry_id}
         if self.read_position <= entry_id:
             self.read_position = entry_id + 1
         self.schedule_dispatch()
 
     def redeliver(self, consumer: Consumer, entry_ids: list[int] | None) -> None:
-        ids = list(consumer.pending) if entry_ids is None else entry_ids
-        self.return_pending(consumer, ids, count_redelivery=True)
+        """A consumer's redelivery request: the entries it names wait the redelivery
+        backoff, if one is in force; a request for everything does not (it is also
+        how clients recover, not only how they negatively acknowledge)."""
+        if entry_ids is None:
+            self.return_pending(consumer, list(consumer.pending), count_redelivery=True)
+        else:
+            self.return_pending(consumer, entry_ids, True, self.redelivery_backoff())
         self.schedule_dispatch()
 
     def rewind(self, consumer: Consumer, counted: list[int]) -> None:
         """Exclusive/Failover: everything pending on ``consumer`` goes out again in
         order; only ``counted`` (what the application negatively acknowledged) gets a
-        higher redelivery count, not what sat unseen in the client's prefetch queue."""
+        higher redelivery count, not what sat unseen in the client's prefetch queue.
+        The counted entries wait the redelivery backoff, if one is in force (and so
+        come after the others)."""
         counted_set = set(counted)
         pending = list(consumer.pending)
-        self.return_pending(consumer, [e for e in pending if e in counted_set], True)
+        backoff = self.redelivery_backoff()
+        self.return_pending(consumer, [e for e in pending if e in counted_set], True, backoff)
         self.return_pending(consumer, [e for e in pending if e not in counted_set], False)
         self.schedule_dispatch()
+
+    def redelivery_backoff(self) -> RedeliveryBackoffPolicy | None:
+        """The redelivery backoff in force on this subscription (None: off)."""
+        return self.topic.redelivery_backoff_of(self.topic)
 
     # ------------------------------------------------------------ positions
 

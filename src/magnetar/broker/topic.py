@@ -22,16 +22,22 @@ from magnetar.broker.topic_name import TopicName
 from magnetar.protocol.fastpath import MessageIdEncoder, encode_send_receipt
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
+from magnetar.storage.cursor import DEFAULT_MAX_REDELIVERY_COUNTS
 from magnetar.storage.ledger_ids import LedgerIds, begin_ledger
 
 if TYPE_CHECKING:
     from magnetar.broker.producer import Producer
+    from magnetar.broker.redelivery_backoff import RedeliveryBackoffPolicy
     from magnetar.storage import ManagedLedger, TopicMetadata
 
 log = logging.getLogger("magnetar.broker.topic")
 
 # Without a broker to share with (a topic built on its own, as in tests).
 _INFO_CACHE_MAX = 50_000
+
+
+def _no_backoff(topic: Topic) -> RedeliveryBackoffPolicy | None:
+    return None
 
 
 class TopicUnavailable(Exception):
@@ -67,6 +73,7 @@ class Topic:
         info_cache_limit: Callable[[], int] = lambda: _INFO_CACHE_MAX,
         ledgers: LedgerIds | None = None,  # begun already (by a loader thread)
         max_delayed_tracked: int = DEFAULT_DELAYED_CAPACITY,
+        max_redelivery_counts: int = DEFAULT_MAX_REDELIVERY_COUNTS,
     ) -> None:
         self.topic_name = name
         self.name = str(name)
@@ -105,6 +112,11 @@ class Topic:
         self._info_limit = info_cache_limit
         self._info_cap = info_cache_limit()  # refreshed on each trim, not per publish
         self.max_delayed_tracked = max_delayed_tracked  # per subscription
+        self.max_redelivery_counts = max_redelivery_counts  # per subscription
+        # Set by the service: the redelivery backoff in force here (None: off).
+        self.redelivery_backoff_of: Callable[[Topic], RedeliveryBackoffPolicy | None] = (
+            _no_backoff
+        )
         if dispatch_before_sync:
             ledger.on_written = self._written
         for cursor_name in ledger.persisted_cursor_names():

@@ -12,13 +12,18 @@ version; a cursor is clean when the file holds its current version, so an ack th
 arrives while a snapshot is being written leaves it dirty for the next flush.  A
 per-cursor lock orders the writes, and a snapshot older than what the file already
 holds is not written (a synchronous ``flush`` may overtake a worker's write).
+
+The file also keeps the subscription's redelivery counts (``RedeliveryCounts``), so
+a broker restart does not reset a poison message's count: at most a bounded number
+of them, the least recently counted dropped first.  Files written before they were
+kept have no ``redelivery_counts`` key and load with none.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +35,9 @@ from magnetar.storage.ranges import RangeSet
 
 FORMAT_VERSION = 1
 _SUFFIX = ".json"
+# Redelivery counts one subscription keeps (memory, and its cursor file: about 16
+# bytes of JSON each); the broker's max_redelivery_counts_per_subscription.
+DEFAULT_MAX_REDELIVERY_COUNTS = 10_000
 
 
 def cursor_path(directory: Path, name: str) -> Path:
@@ -41,6 +49,81 @@ def cursor_name_from_file(filename: str) -> str | None:
     if not filename.endswith(_SUFFIX):
         return None
     return unquote(filename[: -len(_SUFFIX)])
+
+
+class RedeliveryCounts:
+    """Entry id -> how many times it was redelivered, for at most ``limit`` ids.
+
+    Past the limit the id counted least recently is forgotten (its next delivery says
+    0 again): a message redelivered over and over stays counted.  ``version`` grows
+    with every change, so the cursor that persists the counts knows it is dirty.
+    """
+
+    __slots__ = ("_counts", "limit", "version")
+
+    def __init__(self, limit: int = DEFAULT_MAX_REDELIVERY_COUNTS) -> None:
+        self._counts: dict[int, int] = {}  # in order of last change, oldest first
+        self.limit = max(1, limit)
+        self.version = 0
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def __contains__(self, entry_id: int) -> bool:
+        return entry_id in self._counts
+
+    def get(self, entry_id: int, default: int = 0) -> int:
+        return self._counts.get(entry_id, default)
+
+    def increment(self, entry_id: int) -> int:
+        """Count one more redelivery of ``entry_id``; returns its new count."""
+        counts = self._counts
+        count = counts.pop(entry_id, 0) + 1
+        counts[entry_id] = count
+        if len(counts) > self.limit:
+            del counts[next(iter(counts))]
+        self.version += 1
+        return count
+
+    def discard(self, entry_id: int) -> None:
+        if self._counts.pop(entry_id, None) is not None:
+            self.version += 1
+
+    def discard_through(self, entry_id: int) -> None:
+        """Forget the counts of every id up to ``entry_id`` (a cumulative ack)."""
+        if self._counts:
+            self._keep(lambda e: e > entry_id)
+
+    def clear(self) -> None:
+        if self._counts:
+            self._counts.clear()
+            self.version += 1
+
+    def set_limit(self, limit: int) -> None:
+        """Bound the counts at ``limit``, forgetting the oldest beyond it now."""
+        self.limit = max(1, limit)
+        counts = self._counts
+        excess = len(counts) - self.limit
+        if excess > 0:
+            for entry_id in list(counts)[:excess]:
+                del counts[entry_id]
+            self.version += 1
+
+    def items(self) -> list[tuple[int, int]]:
+        """(entry id, count) pairs, the least recently counted first."""
+        return list(self._counts.items())
+
+    def _keep(self, wanted: Callable[[int], bool]) -> None:
+        counts = self._counts
+        dropped = [e for e in counts if not wanted(e)]
+        for entry_id in dropped:
+            del counts[entry_id]
+        if dropped:
+            self.version += 1
+
+    def _restore(self, entry_id: int, count: int) -> None:
+        """Loading: keep a persisted count as it was (no limit, no version)."""
+        self._counts[entry_id] = count
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,18 +154,26 @@ class ManagedCursor:
         self._write_lock = threading.Lock()
         self._discarded = False  # deleted: no more writes (under _write_lock)
         self._acked = RangeSet()  # individually acked ids, all > mark_delete
+        # The subscription counts redeliveries here (it shares this object), so that
+        # they are written with the position; they change the version too.
+        self.redelivery_counts = RedeliveryCounts()
+
+    @property
+    def _current_version(self) -> int:
+        # Both parts only grow, so their sum grows with every change of either.
+        return self._version + self.redelivery_counts.version
 
     @property
     def dirty(self) -> bool:
         """Changed since the file was last written."""
-        return self._version != self._written_version
+        return self._current_version != self._written_version
 
     @dirty.setter
     def dirty(self, value: bool) -> None:
         if value:
             self._version += 1
         else:  # the caller vouches that the file holds the current state
-            self._written_version = self._version
+            self._written_version = self._current_version
 
     def __repr__(self) -> str:
         return (f"<ManagedCursor {self.name!r} mark_delete={self.mark_delete} "
@@ -131,9 +222,11 @@ class ManagedCursor:
         return self._acked.count
 
     def reset(self, mark_delete: int) -> None:
-        """Seek: set mark_delete (backwards too) and forget the individual acks."""
+        """Seek: set mark_delete (backwards too) and forget the individual acks and
+        the redelivery counts."""
         self.mark_delete = max(mark_delete, -1)
         self._acked.clear()
+        self.redelivery_counts.clear()
         self.dirty = True
 
     def set_properties(self, properties: dict[str, str]) -> None:
@@ -149,12 +242,15 @@ class ManagedCursor:
             "mark_delete": self.mark_delete,
             "acked": [[start, end] for start, end in self._acked.ranges()],
             "properties": self.properties,
+            # [id, count] pairs, least recently counted first so that a reload evicts
+            # in the same order; the default bound's 10k encode in about 5 ms.
+            "redelivery_counts": self.redelivery_counts.items(),
         }
 
     def snapshot(self) -> CursorSnapshot:
         """The current state, ready for ``write`` (loop thread; cheap)."""
         data = json.dumps(self.to_json(), separators=(",", ":")).encode()
-        return CursorSnapshot(self, self._version, data)
+        return CursorSnapshot(self, self._current_version, data)
 
     def write(self, snapshot: CursorSnapshot) -> bool:
         """Persist ``snapshot`` (tmp file, fsync, rename, fsync dir); any thread.
@@ -199,6 +295,10 @@ class ManagedCursor:
             end = cursor._acked.pop_range_starting_at(cursor.mark_delete + 1)
             if end is not None:  # a file written by hand, or by an older version
                 cursor.mark_delete = end
+            for entry_id, count in doc.get("redelivery_counts", []):
+                # Counts of acknowledged entries are not needed any more.
+                if int(count) > 0 and not cursor.is_acked(int(entry_id)):
+                    cursor.redelivery_counts._restore(int(entry_id), int(count))
         except (ValueError, KeyError, TypeError) as exc:
             raise StorageCorruption(f"{path}: not a valid cursor file: {exc}") from exc
         return cursor

@@ -1,7 +1,8 @@
 """Topic metadata: the small, rarely written facts that live beside a topic's ledger.
 
-The ledger id the broker chose at creation, the PIP-68 topic epoch, topic properties
-and the schema history.  One JSON file, replaced atomically; bytes are base64.
+The ledger id the broker chose at creation, the PIP-68 topic epoch, topic properties,
+topic policies and the schema history.  One JSON file, replaced atomically; bytes are
+base64.  Namespace policies have a file of their own (``NamespacePolicies``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class TopicMetadata:
     ledgers: list[tuple[int, int]] = field(default_factory=list)
     topic_epoch: int = 0  # PIP-68: bumped when an exclusive producer fences the others
     properties: dict[str, str] = field(default_factory=dict)
+    # Topic-level policies set through the admin API, by their REST name (e.g.
+    # "redeliveryBackoff"); each is a JSON object the broker validates when it uses it.
+    policies: dict[str, Any] = field(default_factory=dict)
     schemas: list[SchemaEntry] = field(default_factory=list)
 
     @classmethod
@@ -73,6 +77,7 @@ class TopicMetadata:
                 ledgers=[(int(lid), int(first)) for lid, first in doc.get("ledgers", [])],
                 topic_epoch=int(doc.get("topic_epoch", 0)),
                 properties={str(k): str(v) for k, v in doc.get("properties", {}).items()},
+                policies=_policies(doc.get("policies", {})),
                 schemas=[SchemaEntry.from_json(entry) for entry in doc.get("schemas", [])],
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -88,6 +93,7 @@ class TopicMetadata:
             "ledgers": [list(row) for row in self.ledgers],
             "topic_epoch": self.topic_epoch,
             "properties": self.properties,
+            "policies": self.policies,
             "schemas": [entry.to_json() for entry in self.schemas],
         }
 
@@ -95,3 +101,48 @@ class TopicMetadata:
         """Write atomically (tmp file, fsync, rename, fsync dir), creating the directory."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, json.dumps(self.to_json(), indent=1).encode())
+
+
+def _policies(doc: Any) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise ValueError("policies is not an object")
+    return {str(k): v for k, v in doc.items()}
+
+
+NAMESPACES_DIR = "namespaces"
+POLICIES_FILE = "policies.json"
+
+
+@dataclass
+class NamespacePolicies:
+    """Policies of one namespace (``root/namespaces/<tenant>/<namespace>/policies.json``),
+    by their REST name, as topic metadata keeps a topic's."""
+
+    path: Path
+    policies: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def path_for(root: Path, tenant: str, namespace: str) -> Path:
+        """The file of ``tenant/namespace`` under the data directory ``root`` (plain
+        Pulsar names only: the caller checked them)."""
+        return Path(root) / NAMESPACES_DIR / tenant / namespace / POLICIES_FILE
+
+    @classmethod
+    def load(cls, path: Path) -> NamespacePolicies:
+        """Read ``path``; a missing file means no policies."""
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return cls(path)
+        try:
+            doc = json.loads(raw)
+            return cls(path, _policies(doc.get("policies", {})))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise StorageCorruption(f"{path}: not a valid namespace policies file: {exc}") from exc
+
+    def save(self) -> None:
+        """Write atomically, creating the directory."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"version": FORMAT_VERSION, "policies": self.policies}
+        atomic_write(self.path, json.dumps(doc, indent=1).encode())
