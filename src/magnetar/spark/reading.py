@@ -1,0 +1,158 @@
+"""Executor-side reading: the messages of one :class:`TopicRange`, as record batches.
+
+A task knows nothing but its range and the source's options (both pickled to it): it
+opens its own client and a reader positioned at the entry holding ``lo``, keeps the
+messages whose keys lie in ``(lo, hi]`` and stops at the first key past ``hi``.  The
+client's loop runs on a background thread, which decodes the next chunk while Spark
+converts the last one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from magnetar.client import Client, Message, Reader
+from magnetar.client.errors import TimeoutError
+from magnetar.spark._loop import BackgroundLoop
+from magnetar.spark.options import SourceConfig
+from magnetar.spark.planning import TopicRange
+from magnetar.spark.positions import BEFORE_ALL, Key, message_key, seek_id
+from magnetar.spark.rows import RowBuffer
+
+log = logging.getLogger("magnetar.spark")
+
+# How long one wait for a message lasts before the reader asks the broker whether
+# anything is left to come at all.
+_RECHECK_SECONDS = 1.0
+
+DATA_LOSS_HINT = (
+    "Some data may have been lost because it is not available in Pulsar any more: it was "
+    "removed by retention, or the topic was deleted or truncated before it was read. "
+    "Set the source option 'failOnDataLoss' to 'false' to go on without it."
+)
+
+
+class DataLossError(RuntimeError):
+    """Messages the query should read are gone."""
+
+
+def read_range(config: SourceConfig, part: object) -> Iterator[pa.RecordBatch]:
+    """The record batches of ``part`` (nothing for Spark's placeholder partition)."""
+    if not isinstance(part, TopicRange) or part.lo >= part.hi:
+        return
+    with BackgroundLoop() as loop:
+        reader = loop.run(RangeReader.open(config, part))
+        future = None
+        try:
+            future = loop.submit(reader.next_batch())
+            while True:
+                batch = future.result()
+                if batch is None:
+                    return
+                future = loop.submit(reader.next_batch())
+                yield batch
+        finally:
+            if future is not None:
+                future.cancel()
+            loop.run(reader.close())
+
+
+def _key_of(msg: Message) -> Key:
+    mid = msg.message_id
+    return message_key(mid.ledger_id, mid.entry_id, mid.batch_index)
+
+
+def _ends_entry(msg: Message) -> bool:
+    """Whether ``msg`` is the last message of its entry."""
+    mid = msg.message_id
+    return mid.batch_index < 0 or 0 < mid.batch_size <= mid.batch_index + 1
+
+
+class RangeReader:
+    """Reads one range with its own client (runs on the background loop)."""
+
+    def __init__(self, client: Client, reader: Reader, config: SourceConfig,
+                 part: TopicRange) -> None:
+        self._client = client
+        self._reader = reader
+        self._config = config
+        self._part = part
+        self._rows = RowBuffer(part.topic)
+        self._done = False
+        self._first = True
+
+    @classmethod
+    async def open(cls, config: SourceConfig, part: TopicRange) -> RangeReader:
+        client = config.client.connect()
+        try:
+            reader = await client.create_reader(
+                part.topic, seek_id(part.lo, part.partition), start_message_id_inclusive=True,
+                receiver_queue_size=config.receiver_queue_size,
+                subscription_role_prefix=config.subscription_prefix,
+            )
+        except BaseException:
+            await client.close()
+            raise
+        return cls(client, reader, config, part)
+
+    async def next_batch(self) -> pa.RecordBatch | None:
+        """Up to ``rowsPerBatch`` rows; ``None`` once the range is done."""
+        lo, hi = self._part.lo, self._part.hi
+        rows = self._rows
+        limit = self._config.rows_per_batch
+        while not self._done and len(rows) < limit:
+            msg = await self._next_message()
+            if msg is None:
+                self._done = True
+                break
+            key = _key_of(msg)
+            if self._first:
+                self._first = False
+                self._check_start(key)
+            if key <= lo:
+                continue
+            if key > hi:
+                self._done = True
+                break
+            rows.add(msg)
+            if key == hi or (key[:2] == hi[:2] and _ends_entry(msg)):
+                # hi may stand for its whole entry (an id without batch index, as the
+                # broker reports the last message of a batch of one).
+                self._done = True
+        return rows.take() if len(rows) else None
+
+    def _check_start(self, key: Key) -> None:
+        """Entries of a ledger are numbered without gaps: a first message further on in
+        ``lo``'s ledger than the entry after ``lo`` means entries went missing."""
+        lo = self._part.lo
+        if lo != BEFORE_ALL and key[0] == lo[0] and key[1] > lo[1] + 1:
+            self._lost(f"{self._part.topic}: the range starts after {lo} but the first "
+                       f"message there is {key}")
+
+    async def _next_message(self) -> Message | None:
+        """The next message, or ``None`` if the topic ends before the range does."""
+        waited = 0.0
+        while True:
+            try:
+                return await self._reader.read_next(_RECHECK_SECONDS)
+            except TimeoutError:
+                waited += _RECHECK_SECONDS
+            if not await self._reader.has_message_available():
+                self._lost(f"{self._part.topic} ended before {self._part.hi} was read")
+                return None
+            if waited >= self._config.poll_timeout:
+                raise TimeoutError(
+                    f"{self._part.topic}: no message within pollTimeoutMs "
+                    f"({self._config.poll_timeout:.0f}s) although the broker has more"
+                )
+
+    def _lost(self, what: str) -> None:
+        if self._config.fail_on_data_loss:
+            raise DataLossError(f"{what}. {DATA_LOSS_HINT}")
+        log.warning("%s; going on (failOnDataLoss is false)", what)
+
+    async def close(self) -> None:
+        await self._client.close()
