@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from magnetar.admin.policies import add_policy_routes
+from magnetar.admin.raw_entries import add_raw_entry_routes
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class AdminServer:
         self.service = service
         self.app = web.Application()
         add_policy_routes(self.app, service)  # first: DELETE .../{topic} would match them
+        add_raw_entry_routes(self.app, service)  # PIP-96 ingest
         self.runner: web.AppRunner | None = None
         self._sock: socket.socket | None = None
         self.port = 0

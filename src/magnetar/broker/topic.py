@@ -244,6 +244,27 @@ class Topic:
         producer.messages_in += info.num_messages
         producer.bytes_in += len(entry)
 
+    def append_entry(
+        self, entry: bytes, info: EntryInfo, on_durable: Callable[[int], None]
+    ) -> int:
+        """Append an entry no producer sent (PIP-96 ingest, see broker/raw_entries.py):
+        stored, counted and dispatched as :meth:`publish` does; ``on_durable(entry_id)``
+        runs once it is durable under the sync policy. Returns its entry id."""
+        subscriptions = self.subscriptions
+        dispatch_now = self.dispatch_before_sync
+
+        def durable(entry_id: int) -> None:
+            on_durable(entry_id)
+            if not dispatch_now:
+                for subscription in subscriptions.values():
+                    subscription.schedule_dispatch()
+
+        entry_id = self.ledger.append(entry, durable)
+        self._remember(entry_id, info)
+        self.stats.messages_in += info.num_messages
+        self.stats.bytes_in += len(entry)
+        return entry_id
+
     # ------------------------------------------------------------ subscriptions
 
     def subscription(

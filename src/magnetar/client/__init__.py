@@ -40,7 +40,15 @@ from magnetar.client.errors import (
     TopicNotFound,
     TopicTerminated,
 )
+from magnetar.client.kafka_processor import KafkaPayloadProcessor
 from magnetar.client.message import Message
+from magnetar.client.payload_processor import (
+    DEFAULT_PROCESSOR,
+    EntryContext,
+    MessagePayload,
+    PayloadProcessingError,
+    PayloadProcessor,
+)
 from magnetar.client.producer import Producer
 from magnetar.client.reader import Reader
 from magnetar.client.request_reply import ReplyResult, Request
@@ -48,6 +56,7 @@ from magnetar.client.schema import BytesSchema, JsonSchema, SchemaInfo, StringSc
 from magnetar.protocol.message_id import EARLIEST, LATEST, MessageId
 
 __all__ = [
+    "DEFAULT_PROCESSOR",
     "EARLIEST",
     "LATEST",
     "AlreadyClosed",
@@ -61,13 +70,18 @@ __all__ = [
     "ConsumerBusy",
     "ConsumerConfigError",
     "DeadLetterPolicy",
+    "EntryContext",
     "IncompatibleSchema",
     "JsonSchema",
+    "KafkaPayloadProcessor",
     "Message",
     "MessageId",
+    "MessagePayload",
     "MessageTooBig",
     "MultiplierRedeliveryBackoff",
     "NotAllowed",
+    "PayloadProcessingError",
+    "PayloadProcessor",
     "PersistenceError",
     "Producer",
     "ProducerBusy",

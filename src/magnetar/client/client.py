@@ -22,6 +22,7 @@ from magnetar.client.consumer import (
 from magnetar.client.dead_letter import DEFAULT_ACK_TIMEOUT_FOR_DEAD_LETTER, DeadLetterPolicy
 from magnetar.client.errors import AlreadyClosed
 from magnetar.client.lookup import LookupService
+from magnetar.client.payload_processor import PayloadProcessor
 from magnetar.client.pool import ConnectionPool
 from magnetar.client.producer import ACCESS_MODES, PartitionProducer, Producer, ProducerConfig
 from magnetar.client.reader import Reader
@@ -193,6 +194,7 @@ class Client:
         ack_group_max_size: int = 1000,
         pattern_auto_discovery_period: float = 60.0,
         clock: Clock | None = None,
+        payload_processor: PayloadProcessor | None = None,
     ) -> Consumer:
         """Subscribe to a topic, a list of topics, or a compiled regular expression.
 
@@ -211,6 +213,10 @@ class Client:
         (``ack_timeout=0`` turns it off), as in the Java client. ``retry_enable``
         subscribes to the retry topic too and enables ``consumer.reconsume_later``
         (see :mod:`magnetar.client.retry_topic`).
+
+        A PIP-96 ``payload_processor`` turns each received entry into messages (see
+        :mod:`magnetar.client.payload_processor`); without one, entries are read in
+        Pulsar's format.
         """
         self._check_open()
         if dead_letter_policy is not None and ack_timeout is None:
@@ -237,6 +243,7 @@ class Client:
             ack_group_time=ack_group_time,
             ack_group_max_size=ack_group_max_size,
             clock=clock,
+            payload_processor=payload_processor,
         )
         kwargs: dict[str, Any] = {"message_listener": message_listener}
         if isinstance(topic, re.Pattern):
@@ -279,8 +286,10 @@ class Client:
         receiver_queue_size: int = 1000,
         read_compacted: bool = False,
         schema: SchemaInfo | None = None,
+        payload_processor: PayloadProcessor | None = None,
     ) -> Reader:
-        """A reader of ``topic`` starting at ``start_message_id`` (or EARLIEST / LATEST)."""
+        """A reader of ``topic`` starting at ``start_message_id`` (or EARLIEST / LATEST);
+        ``payload_processor`` as for :meth:`subscribe`."""
         self._check_open()
         topic = complete_topic_name(topic)
         subscription = f"{subscription_role_prefix or 'reader'}-{uuid.uuid4().hex[:10]}"
@@ -297,6 +306,7 @@ class Client:
             read_compacted=read_compacted,
             start_message_id_inclusive=start_message_id_inclusive,
             ack_group_time=0,
+            payload_processor=payload_processor,
         )
         consumer = Consumer(self, [topic], conf, start_message_id=start_message_id)
         await consumer._start()

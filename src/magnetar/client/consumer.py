@@ -21,6 +21,7 @@ from magnetar.client.acks import BatchAcker
 from magnetar.client.dead_letter import LetterProducers
 from magnetar.client.errors import AlreadyClosed, PulsarError, TimeoutError
 from magnetar.client.message import Message
+from magnetar.client.payload_processor import PayloadProcessingError
 from magnetar.client.receiver_queue import ReceiverQueue
 from magnetar.client.request_reply import Request
 from magnetar.client.retry_topic import reconsume_later
@@ -28,6 +29,7 @@ from magnetar.client.topic_consumer import (
     INITIAL_POSITIONS,
     SUBSCRIPTION_TYPES,
     ConsumerConfig,
+    FailedEntry,
     RawEntry,
     TopicConsumer,
 )
@@ -214,6 +216,8 @@ class Consumer:
         messages go back to the head of the queue. ``None`` if it had none to give."""
         if type(item) is Message:
             return item
+        if type(item) is FailedEntry:
+            raise item.error
         assert isinstance(item, RawEntry)
         sub = item._consumer
         messages = sub.decode(item)
@@ -289,7 +293,14 @@ class Consumer:
                     item = await queue.get(remaining)
                 except builtins.TimeoutError:
                     break
-            msg = self._take(item)
+            try:
+                msg = self._take(item)
+            except PayloadProcessingError as exc:
+                if not out:
+                    raise
+                # The messages taken so far go out; the next receive raises this.
+                self._queue.push_front([FailedEntry(exc.entry._consumer, exc)])
+                break
             if msg is None:
                 continue
             msg._consumer._on_dequeued(msg)
@@ -313,6 +324,11 @@ class Consumer:
                 msg = await self.receive()
             except (AlreadyClosed, asyncio.CancelledError):
                 return
+            except PayloadProcessingError as exc:
+                # No receive() to raise it to: log it and have the entry come again later.
+                log.error("%s", exc, exc_info=exc.__cause__)
+                self.negative_acknowledge(exc.entry)
+                continue
             try:
                 result = listener(self, msg)
                 if inspect.isawaitable(result):

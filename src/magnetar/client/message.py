@@ -1,14 +1,13 @@
 """Messages as consumers see them, and the one place where an entry becomes messages.
 
-:func:`payload_to_messages` is the PIP-96 seam: it turns an entry's metadata and
-payload into ``(single metadata, payload)`` pairs (decompressing and splitting
-batches).  A payload processor for non-Pulsar entry formats replaces this one
-function; nothing else in the consumer looks inside a payload.
+:func:`payload_to_messages` turns an entry's metadata and payload into ``(single
+metadata, payload)`` pairs (decompressing and splitting batches): Pulsar's format.
+A consumer with a PIP-96 payload processor (:mod:`magnetar.client.payload_processor`)
+has the processor make the messages instead, through the same :func:`received`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from magnetar.protocol.client_codec import split_batch
@@ -18,12 +17,6 @@ from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
     from magnetar.client.acks import BatchAcker
-
-# (entry metadata, payload bytes) -> [(single message metadata or None, payload)]
-EntryPayloadProcessor = Callable[
-    [pb.MessageMetadata, bytes], list[tuple[pb.SingleMessageMetadata | None, bytes]]
-]
-
 
 def payload_to_messages(
     metadata: pb.MessageMetadata, payload: bytes

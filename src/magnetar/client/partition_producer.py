@@ -95,6 +95,8 @@ class OutgoingMessage:
     sequence_id: int | None = None
     deliver_at: int | None = None  # ms since the epoch
     request: PendingRequest | None = None  # PIP-371: this message is a request
+    raw: bool = False  # PIP-96: the payload is a whole entry (send_entry), sent as given
+    num_messages: int | None = None  # with raw: the entry's num_messages_in_batch
 
 
 class _Op:
@@ -304,6 +306,11 @@ class PartitionProducer(ConnectionHandler):
             self._requests.numbered(request, sequence_id)
         self._pending_messages += 1
         batch = self._batch
+        if msg.raw:
+            if batch is not None and len(batch):
+                self._flush_batch()  # keep the order: the batch goes before this entry
+            self._send_entry(msg, sequence_id, future)
+            return
         if batch is not None and msg.deliver_at is None:
             size = len(msg.payload)
             if size > self._max_message_size:
@@ -368,6 +375,33 @@ class PartitionProducer(ConnectionHandler):
         self._push(_Op(sequence_id, sequence_id, frame, [future],
                        self._loop.time() + self.conf.send_timeout,
                        None if request is None else [request]))
+
+    def _send_entry(
+        self, msg: OutgoingMessage, sequence_id: int, future: asyncio.Future[MessageId]
+    ) -> None:
+        """PIP-96: one entry whose payload and message count the caller chose; no batch
+        framing and no compression (consumers read the payload as it was given)."""
+        payload = msg.payload
+        if len(payload) > self._max_message_size:
+            self._fail_message(future, None, MessageTooBig(
+                f"entry of {len(payload)} bytes exceeds the broker's limit of "
+                f"{self._max_message_size} bytes"))
+            return
+        metadata = encode_message_metadata(
+            self._name_bytes,
+            sequence_id,
+            int(time.time() * 1000),
+            properties=msg.properties,
+            partition_key=msg.key,
+            num_messages_in_batch=msg.num_messages,
+            event_time=msg.event_time or 0,
+            schema_version=self.schema_version,
+            ordering_key=msg.ordering_key,
+        )
+        frame = encode_send(self.producer_id, sequence_id, msg.num_messages or 1, 0, metadata,
+                            payload)
+        self._push(_Op(sequence_id, sequence_id, frame, [future],
+                       self._loop.time() + self.conf.send_timeout, None))
 
     def _flush_batch(self) -> None:
         if self._batch_timer is not None:

@@ -2,8 +2,9 @@
 
 :class:`Producer` picks a :class:`~magnetar.client.partition_producer.PartitionProducer`
 for each message (one per partition of a partitioned topic, a single one
-otherwise) and offers ``send``, ``send_async``, ``flush``, ``close`` and the
-PIP-371 ``request`` / ``request_async``.
+otherwise) and offers ``send``, ``send_async``, ``flush``, ``close``, the
+PIP-371 ``request`` / ``request_async`` and the PIP-96 ``send_entry`` /
+``send_entry_async``.
 """
 
 from __future__ import annotations
@@ -197,6 +198,52 @@ class Producer:
         return await self.request_async(
             value, timeout=timeout, key=key, ordering_key=ordering_key, properties=properties,
             event_time=event_time, deliver_after=deliver_after, deliver_at=deliver_at,
+        )
+
+    def send_entry_async(
+        self,
+        payload: Value,
+        *,
+        num_messages: int | None = None,
+        key: str | None = None,
+        ordering_key: bytes | str | None = None,
+        properties: Mapping[str, str] | None = None,
+        event_time: int | None = None,
+        sequence_id: int | None = None,
+    ) -> asyncio.Future[MessageId]:
+        """PIP-96: queue ``payload`` as one whole entry; the future gets its id.
+
+        The payload goes out as given: no batch framing, no compression, whatever
+        the producer's settings. ``num_messages`` (at least 1) becomes the entry's
+        ``num_messages_in_batch``, the count the broker charges against consumers'
+        permits; ``None`` leaves it out (the entry is one message). ``properties``
+        tag its format, e.g. ``{"entry.format": "kafka"}``; consumers read such
+        entries with a payload processor (``subscribe(..., payload_processor=...)``).
+        """
+        if num_messages is not None and num_messages < 1:
+            raise ValueError(f"num_messages must be at least 1, not {num_messages}")
+        msg = self._message(payload, key, ordering_key, properties, event_time, sequence_id,
+                            None, None)
+        msg.raw = True
+        msg.num_messages = num_messages
+        return self._pick(key).send_async(msg)
+
+    async def send_entry(
+        self,
+        payload: Value,
+        *,
+        num_messages: int | None = None,
+        key: str | None = None,
+        ordering_key: bytes | str | None = None,
+        properties: Mapping[str, str] | None = None,
+        event_time: int | None = None,
+        sequence_id: int | None = None,
+    ) -> MessageId:
+        """PIP-96: send ``payload`` as one whole entry and wait for the broker's receipt
+        (see :meth:`send_entry_async`)."""
+        return await self.send_entry_async(
+            payload, num_messages=num_messages, key=key, ordering_key=ordering_key,
+            properties=properties, event_time=event_time, sequence_id=sequence_id,
         )
 
     async def flush(self) -> None:

@@ -32,6 +32,11 @@ from magnetar.client.errors import (
 from magnetar.client.handler import ConnectionHandler
 from magnetar.client.message import Message, payload_to_messages, received
 from magnetar.client.nack import NegativeAcksTracker
+from magnetar.client.payload_processor import (
+    PayloadProcessingError,
+    PayloadProcessor,
+    process_entry,
+)
 from magnetar.client.schema import SchemaInfo
 from magnetar.protocol.client_codec import encode_flow, split_entry
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
@@ -83,6 +88,7 @@ class ConsumerConfig:
     start_message_id_inclusive: bool = False
     replicate_subscription_state: bool = False
     clock: Clock | None = None
+    payload_processor: PayloadProcessor | None = None  # PIP-96; None: Pulsar's format
 
     def __post_init__(self) -> None:
         if (self.negative_ack_redelivery_delay is not None
@@ -109,6 +115,17 @@ class RawEntry:
         self._consumer = consumer
         self.command = command
         self.body = body
+
+
+class FailedEntry(RawEntry):
+    """An entry its payload processor failed on, put back at the head of the queue
+    (``batch_receive`` returned the messages before it first): taking it raises again."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, consumer: TopicConsumer, error: PayloadProcessingError) -> None:
+        super().__init__(consumer, pb.CommandMessage(), b"")
+        self.error = error
 
 
 def _prior(index: int, start: int, inclusive: bool) -> bool:
@@ -160,6 +177,7 @@ class TopicConsumer(ConnectionHandler):
         self._letter_tasks: set[asyncio.Task[None]] = set()
         self._unacked_timer: asyncio.TimerHandle | None = None
         self._batch_ackers: dict[Position, BatchAcker] = {}
+        self._processor = conf.payload_processor
         # Non-durable subscriptions (readers) say where to start; after a reconnect
         # they resume after the last message the application took.
         self._start = start_message_id
@@ -309,8 +327,10 @@ class TopicConsumer(ConnectionHandler):
         if self._acks.is_duplicate(position):
             self._credit(count)
             return []
+        if self._processor is not None:  # PIP-96: the processor makes the messages
+            return process_entry(self, self._processor, cmd, metadata, metadata_bytes, payload)
         try:
-            items = payload_to_messages(metadata, payload)  # the PIP-96 seam
+            items = payload_to_messages(metadata, payload)
         except ProtocolError as exc:
             log.error("%s: entry %d:%d cannot be decoded (%s); discarding it",
                       self.topic, ledger, entry, exc)

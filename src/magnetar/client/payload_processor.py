@@ -1,0 +1,399 @@
+"""PIP-96 payload processors: consumers that read entries not in Pulsar's format.
+
+A consumer made with ``payload_processor=`` hands each entry it receives to the
+processor instead of cutting it into messages itself::
+
+    class Processor:
+        def process(self, payload, context, schema, emit):
+            if context.get_property("entry.format") == "csv":
+                rows = payload.copy().splitlines()
+                for index, row in enumerate(rows):
+                    emit(context.message_at(index, len(rows), MessagePayload(row), False, schema))
+            else:
+                PayloadProcessor.DEFAULT.process(payload, context, schema, emit)
+
+``payload`` is a :class:`MessagePayload` (the entry's payload, decompressed as its
+metadata says, viewed without a copy); ``context`` an :class:`EntryContext` (the
+entry's metadata, and the factory of its messages); ``emit`` takes each
+:class:`~magnetar.client.message.Message` in order. :data:`DEFAULT_PROCESSOR`
+(also ``PayloadProcessor.DEFAULT``) decodes Pulsar's own format exactly as a
+consumer without a processor does.
+
+The messages an entry gives are what the application receives, filtered as usual
+(messages already acknowledged, or before a reader's start). Messages made by
+``message_at`` carry the batch index they were given, so each is acknowledged on its
+own and the entry once all ``num_messages`` are. An entry that gives no message is
+acknowledged. A processor that raises makes ``receive()`` raise
+:class:`PayloadProcessingError` for that entry, whose ``entry`` (a message holding
+the raw payload) can be acknowledged or negatively acknowledged; the messages it
+emitted before raising are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from google.protobuf.message import DecodeError
+
+from magnetar.client.acks import BatchAcker
+from magnetar.client.errors import PulsarError
+from magnetar.client.message import EntryFields, Message, received
+from magnetar.client.schema import SchemaInfo
+from magnetar.protocol.compression import decompress
+from magnetar.protocol.errors import MalformedFrame, ProtocolError
+from magnetar.protocol.message_id import MessageId
+from magnetar.protocol.pb import pb
+
+if TYPE_CHECKING:
+    from magnetar.client.topic_consumer import TopicConsumer
+
+__all__ = [
+    "DEFAULT_PROCESSOR",
+    "EntryContext",
+    "MessagePayload",
+    "PayloadProcessingError",
+    "PayloadProcessor",
+]
+
+log = logging.getLogger("magnetar.client.consumer")
+
+_U32 = struct.Struct(">I")
+_parse_single = pb.SingleMessageMetadata.FromString
+
+Emit = Callable[[Message], None]
+
+
+class MessagePayload:
+    """A payload: ``view`` is a ``memoryview`` of its bytes (no copy), ``copy()`` the bytes.
+
+    ``EntryContext.message_at(..., contains_metadata=True, ...)`` reads a Pulsar batch
+    from it one message after the other (as Java reads a ``ByteBuf``), so the same
+    payload is passed for every index.
+    """
+
+    __slots__ = ("_offset", "view")
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self.view = data if isinstance(data, memoryview) else memoryview(data)
+        self._offset = 0  # where the next batched message starts
+
+    def copy(self) -> bytes:
+        """The payload's bytes (Java's ``copiedBuffer``)."""
+        return self.view.tobytes()
+
+    def __bytes__(self) -> bytes:
+        return self.view.tobytes()
+
+    def _value(self) -> bytes:
+        """The bytes for a message's value: the ``bytes`` it views when it views all of
+        one (immutable: no copy needed), else a copy."""
+        view = self.view
+        obj = view.obj
+        if type(obj) is bytes and len(obj) == view.nbytes and view.c_contiguous:
+            return obj
+        return view.tobytes()
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __repr__(self) -> str:
+        return f"<MessagePayload of {len(self.view)} bytes>"
+
+    def _next_single(self) -> tuple[pb.SingleMessageMetadata, bytes]:
+        """The next ``[u32 size][SingleMessageMetadata][payload]`` of a Pulsar batch."""
+        view = self.view
+        pos = self._offset
+        try:
+            size = _U32.unpack_from(view, pos)[0]
+            pos += 4
+            single = _parse_single(view[pos:pos + size].tobytes())
+        except struct.error:
+            raise MalformedFrame("batch is shorter than its message count says") from None
+        except DecodeError as exc:
+            raise MalformedFrame(f"single message metadata does not parse: {exc}") from None
+        pos += size
+        end = pos + single.payload_size
+        if end > len(view):
+            raise MalformedFrame("batched message runs past the end of the batch")
+        self._offset = end
+        return single, view[pos:end].tobytes()
+
+
+class EntryContext:
+    """One received entry: its metadata, and the factory of its messages.
+
+    ``num_messages`` and ``is_batch`` read the entry's ``MessageMetadata``; they
+    describe Pulsar's format only (another format may keep its count in the payload).
+    """
+
+    __slots__ = ("_acker", "_consumer", "_metadata", "_metadata_bytes", "_position",
+                 "_redelivery_count", "_shared")
+
+    def __init__(
+        self,
+        consumer: TopicConsumer,
+        metadata: pb.MessageMetadata,
+        metadata_bytes: bytes,
+        position: tuple[int, int],
+        redelivery_count: int,
+    ) -> None:
+        self._consumer = consumer
+        self._metadata = metadata
+        self._metadata_bytes = metadata_bytes
+        self._position = position
+        self._redelivery_count = redelivery_count
+        self._acker: BatchAcker | None = None
+        self._shared: EntryFields | None = None
+
+    def get_property(self, key: str) -> str | None:
+        """The entry's property ``key`` (e.g. ``"entry.format"``), or ``None``."""
+        for kv in self._metadata.properties:
+            if kv.key == key:
+                return kv.value
+        return None
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return {kv.key: kv.value for kv in self._metadata.properties}
+
+    @property
+    def num_messages(self) -> int:
+        """``num_messages_in_batch``, or 1 when the entry is not a batch."""
+        metadata = self._metadata
+        return metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
+
+    @property
+    def is_batch(self) -> bool:
+        return self._metadata.HasField("num_messages_in_batch")
+
+    @property
+    def metadata(self) -> pb.MessageMetadata:
+        """The entry's whole ``MessageMetadata`` (do not modify it)."""
+        return self._metadata
+
+    @property
+    def topic(self) -> str:
+        return self._consumer.topic
+
+    @property
+    def message_id(self) -> MessageId:
+        """The entry's id (no batch index)."""
+        ledger, entry = self._position
+        return MessageId(ledger, entry, -1, self._consumer.partition)
+
+    def message_at(
+        self,
+        index: int,
+        num_messages: int,
+        payload: MessagePayload,
+        contains_metadata: bool,
+        schema: SchemaInfo | None = None,
+    ) -> Message:
+        """Message ``index`` of ``num_messages`` made from this entry.
+
+        Its id carries ``index`` as batch index and ``num_messages`` as batch size;
+        the entry is acknowledged once all ``num_messages`` of it are. With
+        ``contains_metadata`` the message is read from ``payload`` in Pulsar's batch
+        format (its ``SingleMessageMetadata``, then its bytes: each call reads the
+        next one); otherwise ``payload`` is the message's value, and its key,
+        properties and event time are unset until the processor sets them
+        (``msg.key = ...``). Publish time, producer name and the sequence id
+        (the entry's plus ``index``, unless set) come from the entry.
+        """
+        if not 0 <= index < num_messages:
+            raise IndexError(f"message index {index} outside a batch of {num_messages}")
+        acker = self._acker
+        if acker is None or acker.size != num_messages:
+            acker = self._acker = self._acker_for(num_messages)
+        single: pb.SingleMessageMetadata | None
+        if contains_metadata:
+            single, value = payload._next_single()
+        else:
+            single, value = None, payload._value()
+        shared = self._shared
+        if shared is None:
+            metadata = self._metadata
+            shared = self._shared = (
+                metadata.publish_time, metadata.schema_version or None, metadata.sequence_id
+            )
+        consumer = self._consumer
+        return received(value, self._position, index, consumer.topic, self._redelivery_count,
+                        consumer, acker, self._metadata.producer_name, shared, single)
+
+    def as_single_message(
+        self, payload: MessagePayload, schema: SchemaInfo | None = None
+    ) -> Message:
+        """The entry as one message (no batch index) whose value is ``payload`` and
+        whose metadata fields are the entry's."""
+        consumer = self._consumer
+        return received(payload._value(), self._position, -1, consumer.topic,
+                        self._redelivery_count, consumer, None, self._metadata.producer_name,
+                        self._metadata_bytes, None)
+
+    def _acker_for(self, size: int) -> BatchAcker:
+        """The entry's batch acker: the consumer keeps it across redeliveries, so that
+        messages acknowledged before are recognised when the entry comes again."""
+        ackers = self._consumer._batch_ackers
+        acker = ackers.get(self._position)
+        if acker is None or acker.size != size:
+            acker = ackers[self._position] = BatchAcker(size)
+        return acker
+
+
+class PayloadProcessor(Protocol):
+    """Turns an entry's payload into messages (PIP-96).
+
+    ``PayloadProcessor.DEFAULT`` is :data:`DEFAULT_PROCESSOR`.
+    """
+
+    def process(
+        self,
+        payload: MessagePayload,
+        context: EntryContext,
+        schema: SchemaInfo | None,
+        emit: Emit,
+    ) -> None:
+        """Call ``emit`` with each message of the entry, in order."""
+
+
+class _DefaultPayloadProcessor:
+    """Pulsar's own format, decoded as a consumer without a processor decodes it."""
+
+    __slots__ = ()
+
+    def process(
+        self,
+        payload: MessagePayload,
+        context: EntryContext,
+        schema: SchemaInfo | None,
+        emit: Emit,
+    ) -> None:
+        if context.is_batch:
+            count = context.num_messages
+            message_at = context.message_at
+            for index in range(count):
+                emit(message_at(index, count, payload, True, schema))
+        else:
+            emit(context.as_single_message(payload, schema))
+
+    def __repr__(self) -> str:
+        return "PayloadProcessor.DEFAULT"
+
+
+DEFAULT_PROCESSOR: PayloadProcessor = _DefaultPayloadProcessor()
+# Java's name; set here rather than in the class body, which would make it a member
+# every processor must have.
+PayloadProcessor.DEFAULT = DEFAULT_PROCESSOR  # type: ignore[attr-defined]
+
+
+class PayloadProcessingError(PulsarError):
+    """The payload processor failed on an entry (raised by ``receive()``).
+
+    ``entry`` is the entry as one message (its raw payload as ``value``, its id
+    without batch index): acknowledge it to skip the entry, or negatively
+    acknowledge it to have it delivered again. ``__cause__`` is what the processor
+    raised.
+    """
+
+    def __init__(self, message: str, entry: Message) -> None:
+        super().__init__(message)
+        self.entry = entry
+
+    @property
+    def message_id(self) -> MessageId:
+        return self.entry.message_id
+
+
+def process_entry(
+    consumer: TopicConsumer,
+    processor: PayloadProcessor,
+    command: pb.CommandMessage,
+    metadata: pb.MessageMetadata,
+    metadata_bytes: bytes,
+    payload: bytes,
+) -> list[Message]:
+    """The messages ``processor`` makes of a received entry, filtered as the consumer
+    filters a batch (acknowledged messages, the broker's ``ack_set``, a reader's
+    start); raises :class:`PayloadProcessingError` if the processor fails.
+
+    Permits: the broker charged the entry's count (its ``num_messages_in_batch``, at
+    least 1); each message the application takes gives one back, and the difference
+    is settled here, so that a processor that makes more or fewer messages than that
+    neither starves the consumer nor asks for more than its queue holds.
+    """
+    mid = command.message_id
+    ledger, entry = position = (mid.ledgerId, mid.entryId)
+    batched = metadata.HasField("num_messages_in_batch")
+    charged = max(metadata.num_messages_in_batch, 1) if batched else 1
+    start = consumer._start
+    inclusive = consumer._start_inclusive
+    at_start = start is not None and start.ledger_id == ledger
+    if at_start and not batched and start is not None and _prior(
+        entry, start.entry_id, inclusive
+    ):
+        consumer._credit(charged)  # before a reader's start, as without a processor
+        return []
+    if metadata.compression:
+        try:
+            payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
+        except ProtocolError as exc:
+            log.error("%s: entry %d:%d cannot be decompressed (%s); discarding it",
+                      consumer.topic, ledger, entry, exc)
+            consumer._discard(ledger, entry, pb.CommandAck.DecompressionError)
+            consumer._credit(charged - 1)
+            return []
+    context = EntryContext(consumer, metadata, metadata_bytes, position, command.redelivery_count)
+    made: list[Message] = []
+    try:
+        processor.process(MessagePayload(payload), context, consumer.conf.schema, made.append)
+    except Exception as exc:
+        failed = context.as_single_message(MessagePayload(payload))
+        consumer._on_dequeued(failed)  # the application takes the entry as the error
+        consumer._credit(charged - 1)
+        error = PayloadProcessingError(
+            f"{consumer.topic}: payload processor {processor!r} failed on entry "
+            f"{ledger}:{entry}: {exc!r}",
+            failed,
+        )
+        raise error from exc
+    if not made:
+        # Nothing in it to consume (only a format's control records, say): done with it.
+        log.debug("%s: entry %d:%d gave no message; acknowledging it",
+                  consumer.topic, ledger, entry)
+        consumer._credit(charged)
+        consumer._ack(position, -1, None)
+        return []
+    ack_set = list(command.ack_set)
+    skip_prior = at_start and start is not None and start.entry_id == entry
+    out: list[Message] = []
+    for msg in made:
+        index = msg._index
+        if index < 0:
+            if at_start and start is not None and _prior(entry, start.entry_id, inclusive):
+                continue
+        elif (msg._acker is not None and msg._acker.is_acked(index)) or (
+            ack_set and not _bit(ack_set, index)
+        ) or (skip_prior and start is not None and _prior(index, start.batch_index, inclusive)):
+            continue
+        out.append(msg)
+    acker = context._acker
+    if not out and acker is not None and acker.complete:
+        consumer._batch_ackers.pop(position, None)
+    owed = charged - len(out)
+    if owed > 0:
+        consumer._credit(owed)
+    elif owed < 0:
+        consumer._permits += owed  # taking the extra messages must not ask for more
+    return out
+
+
+def _prior(index: int, start: int, inclusive: bool) -> bool:
+    return index < start if inclusive else index <= start
+
+
+def _bit(words: list[int], index: int) -> bool:
+    word = index >> 6
+    return word < len(words) and bool((words[word] >> (index & 63)) & 1)
