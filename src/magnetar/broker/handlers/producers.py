@@ -18,6 +18,7 @@ from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.broker.connection import ServerCnx
+    from magnetar.broker.topic import Topic
     from magnetar.protocol.frames import Frame
 
 log = logging.getLogger("magnetar.broker.connection")
@@ -89,6 +90,10 @@ def handle_producer(
             log.info("refused producer %s on %s: %s", producer_name, topic.name, exc)
         raise CommandError(exc.error, str(exc)) from None
     cnx.producers[producer_id] = producer
+    if request.initial_subscription_name and request.initial_subscription_name not in (
+        topic.subscriptions
+    ):
+        _create_initial_subscription(topic, request.initial_subscription_name)
     log.info(
         "producer %s (%s) attached to %s from %s%s",
         producer_name,
@@ -100,6 +105,14 @@ def handle_producer(
     write_producer_success(cnx, producer, request.request_id)
     if ready:
         cnx.service.replies.producer_attached(topic, producer)
+
+
+def _create_initial_subscription(topic: Topic, name: str) -> None:
+    """PIP-124: a producer may ask for a durable subscription at the earliest
+    position, created with it (a dead-letter topic's, say), so that what it publishes
+    is kept for whoever subscribes later. It takes the type of its first consumer."""
+    topic.subscription(name, pb.CommandSubscribe.Exclusive, True, pb.CommandSubscribe.Earliest,
+                       None)
 
 
 def _after_probe(
