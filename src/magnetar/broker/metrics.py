@@ -178,6 +178,7 @@ class _BrokerCollector(Collector):
         )
         idle_polls.add_metric([], self.service.idle_poller.rounds)  # set before admin starts
         yield from (topics, conns, fsync_time, idle_polls)
+        yield from self._resources()
         replies = self.service.replies
         forwarded = CounterMetricFamily(
             "magnetar_rpc_replies_forwarded",
@@ -189,13 +190,62 @@ class _BrokerCollector(Collector):
         yield from self.service.loop_lag.families()
 
 
+    def _resources(self) -> Iterator[Metric]:
+        """The broker's bounded resources: how full each bound is, and how often it bit."""
+        service = self.service
+        cache = service.store.cache
+        yield _gauge("magnetar_entry_cache_bytes", "Bytes held by the broker-wide entry cache",
+                     cache.size_bytes)
+        yield _gauge("magnetar_entry_cache_max_bytes", "The entry cache's bound (cache_max_bytes)",
+                     cache.max_bytes)
+        yield _counter("magnetar_entry_cache_evicted_bytes",
+                       "Bytes the cache's bound pushed out (not trims or closes)",
+                       cache.evicted_bytes)
+        files = service.store.segment_files
+        yield _gauge("magnetar_segment_files_open",
+                     "Sealed segment files holding a descriptor (max_open_segment_files bounds it)",
+                     len(files))
+        yield _counter("magnetar_segment_files_reopened",
+                       "Sealed segment files opened again for a read after their descriptor "
+                       "was closed to stay within the bound", files.opens)
+        buffer = service.publish_buffer
+        yield _gauge("magnetar_publish_buffer_bytes",
+                     "Bytes of published messages not yet receipted, broker-wide",
+                     buffer.bytes)
+        yield _gauge("magnetar_publish_buffer_max_bytes",
+                     "The publish buffer's bound (max_message_publish_buffer_bytes)", buffer.limit)
+        yield _counter("magnetar_publish_buffer_holds",
+                       "Connections whose reading was paused by the full publish buffer",
+                       buffer.holds)
+        yield _gauge("magnetar_connections_read_paused",
+                     "Connections the broker is not reading now (backpressure)",
+                     sum(1 for cnx in service.connections if cnx.read_paused))
+        yield _counter("magnetar_connections_refused",
+                       "Connections turned away by max_connections or max_connections_per_ip",
+                       service.connection_limits.refused)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation)
+    family.add_metric([], value)
+    return family
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation)
+    family.add_metric([], value)
+    return family
+
+
 class BrokerMetrics:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
         self.registry = CollectorRegistry()
         self._topic_snapshot = _Snapshot()
         self.registry.register(self._topic_snapshot)
-        self.registry.register(_BrokerCollector(service))
+        self._broker = _BrokerCollector(service)
+        self._broker_snapshot = _Snapshot()
+        self.registry.register(self._broker_snapshot)
         self.replies_held = Counter(
             "magnetar_rpc_replies_held",
             "PIP-371 replies held for a requester that was not attached",
@@ -218,8 +268,8 @@ class BrokerMetrics:
     def render(self) -> bytes:
         """The exposition, all on the calling thread (tests and small brokers)."""
         rows = [_topic_row(t) for t in list(self.service.topics.values())]
-        self._topic_snapshot.families = list(_topic_families(rows))
-        return bytes(generate_latest(self.registry))
+        self._broker_snapshot.families = list(self._broker.collect())
+        return self._render_rows(rows)
 
     async def render_async(self) -> bytes:
         """The exposition without a long event loop stall at thousands of topics: the
@@ -232,6 +282,9 @@ class BrokerMetrics:
                 rows.extend(_topic_row(t) for t in topics[start : start + _SNAPSHOT_CHUNK])
                 if start + _SNAPSHOT_CHUNK < len(topics):
                     await asyncio.sleep(0)
+            # The broker-wide figures are few; read on the loop, like the rows, since
+            # the connections and caches they come from change under a worker thread.
+            self._broker_snapshot.families = list(self._broker.collect())
             return await asyncio.to_thread(self._render_rows, rows)
 
     def _render_rows(self, rows: list[_TopicRow]) -> bytes:
