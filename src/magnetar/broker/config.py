@@ -142,7 +142,7 @@ class BrokerConfig:
         default=64 * 1024 * 1024, metadata=_help("size at which a segment file is rolled")
     )
     cache_max_bytes: int = field(
-        default=64 * 1024 * 1024,
+        default=32 * 1024 * 1024,
         metadata=_help(
             "bytes of recent entries the whole broker keeps in memory (every topic, "
             "persistent or not, together; each entry counts 48 bytes more than its "

@@ -18,7 +18,7 @@ class LedgerConfig:
     segment_max_bytes: int = 64 * 1024 * 1024  # roll to a new segment file beyond this
     # Bound of the cache of recent entries: of the store's shared budget (every
     # ledger of the store together), or of a ledger opened on its own.
-    cache_max_bytes: int = 64 * 1024 * 1024
+    cache_max_bytes: int = 32 * 1024 * 1024
     # "always": fdatasync (group commit) before on_durable;
     # "interval": on_durable right after write(), fdatasync every sync_interval seconds.
     sync_policy: str = "always"
