@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("magnetar.broker")
 
+RELIEF_MAX_TOPICS = 256  # unloaded per relief when the file descriptors run out
+_UNLOAD_GROUP = 32  # topics unloaded together: their closes' worker-thread hops overlap
+
 
 NON_PERSISTENT_DIR = "non-persistent-scratch"
 
@@ -207,20 +210,25 @@ class BrokerService:
                 del idle_since[name]
 
     def relieve_descriptor_pressure(self) -> asyncio.Task[int]:
-        """The process ran out of file descriptors: unload the unused topics (one
-        relief at a time); the commands that failed are handled again when it is done."""
+        """The process ran out of file descriptors: unload up to ``RELIEF_MAX_TOPICS``
+        of the topics nobody uses, oldest loaded first (one relief at a time); the
+        commands that failed are handled again when it is done. A relief frees enough
+        for hundreds of loads and ends in a moment even with thousands of idle topics
+        (all of them at once took 17 s at 6,600 on a busy machine, and the clients
+        waiting on it timed out); if the descriptors run out again, so does another."""
         if self._relieving is None or self._relieving.done():
             self._relieving = self.loop.create_task(
-                self._unload_unused_topics("out of file descriptors")
+                self._unload_unused_topics("out of file descriptors", RELIEF_MAX_TOPICS)
             )
         return self._relieving
 
-    async def _unload_unused_topics(self, reason: str) -> int:
-        """Unload every loaded topic without producers or consumers; how many."""
-        unused = [t for t in self.topics.values() if not t.has_clients()]
-        for topic in unused:
-            await self.unload_topic(topic, reason)
-            await asyncio.sleep(0)  # unloading thousands of topics must not stall the loop
+    async def _unload_unused_topics(self, reason: str, limit: int) -> int:
+        """Unload at most ``limit`` loaded topics without producers or consumers,
+        oldest loaded first, a group at a time; how many."""
+        unused = [t for t in self.topics.values() if not t.has_clients()][:limit]
+        for start in range(0, len(unused), _UNLOAD_GROUP):
+            group = unused[start : start + _UNLOAD_GROUP]
+            await asyncio.gather(*(self.unload_topic(topic, reason) for topic in group))
         if unused:
             log.warning("unloaded %d unused topics: %s", len(unused), reason)
         return len(unused)
@@ -331,7 +339,7 @@ class BrokerService:
                     # Out of file descriptors: topics nobody uses give theirs back.
                     if exc.os_errno not in (errno.EMFILE, errno.ENFILE):
                         raise
-                    if not await self._unload_unused_topics("out of file descriptors"):
+                    if not await self.relieve_descriptor_pressure():
                         raise
                     opened = await self.loop.run_in_executor(None, self._open_files, name)
                 future.set_result(self._install(name, *opened))
