@@ -102,6 +102,32 @@ async def test_default_equals_no_processor_on_one_topic(
     await assert_nothing_more(default)
 
 
+class JavaDefault:
+    """PIP-96's DEFAULT as Java writes it: one ``message_at(..., True)`` per index, each
+    reading the next message of the batch from the same payload."""
+
+    def process(self, payload: MessagePayload, context: EntryContext, schema: Any,
+                emit: Any) -> None:
+        if context.is_batch:
+            for index in range(context.num_messages):
+                emit(context.message_at(index, context.num_messages, payload, True, schema))
+        else:
+            emit(context.as_single_message(payload, schema))
+
+
+@pytest.mark.parametrize("kind", ["unbatched", "batch-size-1", "batch-size-n-zstd"])
+async def test_message_at_one_by_one_equals_no_processor(
+    mclient: Client, topic: str, kind: str
+) -> None:
+    plain = await mclient.subscribe(topic, "plain", initial_position="earliest")
+    java = await mclient.subscribe(topic, "java", initial_position="earliest",
+                                   payload_processor=JavaDefault())
+    await produce(mclient, topic, 20, **PRODUCERS[kind])
+    assert [snapshot(m) for m in await drain(java, 20)] == [
+        snapshot(m) for m in await drain(plain, 20)]
+    await assert_nothing_more(java)
+
+
 @pytest.mark.parametrize("kind", ["unbatched", "batch-size-n"])
 async def test_default_equals_no_processor_on_several_topics(
     mclient: Client, broker: EmbeddedBroker, kind: str
@@ -434,3 +460,41 @@ async def test_send_entry_keeps_order_and_sends_the_payload_as_given(
         producer.send_entry_async(b"x", num_messages=0)
     with pytest.raises(MessageTooBig):
         await producer.send_entry(b"x" * (5 * 1024 * 1024 + 1))
+
+
+@pytest.mark.parametrize("processor", [DEFAULT_PROCESSOR, JavaDefault()],
+                         ids=["DEFAULT", "message_at"])
+async def test_a_processor_honours_the_brokers_ack_set(processor: Any) -> None:
+    """PIP-54: a partly acknowledged batch comes with an ``ack_set`` (bits set: still
+    unacked); the broker charged permits only for those. Driven without a broker: the
+    consumer is built but never connects."""
+    from magnetar.client.consumer import Consumer
+    from magnetar.client.topic_consumer import ConsumerConfig, RawEntry, TopicConsumer
+    from magnetar.protocol.client_codec import encode_message_metadata, encode_single_metadata
+    from magnetar.protocol.frames import build_entry
+    from magnetar.protocol.pb import pb
+
+    client = Client("pulsar://127.0.0.1:1")
+    conf = ConsumerConfig(subscription="s", ack_group_time=60, payload_processor=processor)
+    name = "persistent://public/default/t"
+    parent = Consumer(client, [name], conf)
+    sub = TopicConsumer(client, parent, name, -1, conf, 1000)
+    singles = b"".join(
+        len(one).to_bytes(4, "big") + one + b"m%d" % i
+        for i, one in enumerate(encode_single_metadata(2) for _ in range(5)))
+    body = build_entry(
+        encode_message_metadata(b"p", 10, 1_700_000_000_000, num_messages_in_batch=5), singles)
+    command = pb.CommandMessage(consumer_id=0)
+    command.message_id.ledgerId = 7
+    command.message_id.entryId = 3
+    command.ack_set.append(0b01010)  # messages 1 and 3 are left
+    permits = sub._permits
+    msgs = sub.decode(RawEntry(sub, command, body))
+    assert [(m.value, m.message_id.batch_index, m.message_id.batch_size) for m in msgs] == [
+        (b"m1", 1, 5), (b"m3", 3, 5)]
+    assert sub._permits == permits  # charged 2, handing out 2: nothing to give back
+    sub.acknowledge_message(msgs[0])
+    assert not sub._acks.pending
+    sub.acknowledge_message(msgs[1])  # the last unacked one: the entry is acked
+    assert sub._acks.pending
+    await client.close()

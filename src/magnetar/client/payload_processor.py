@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from google.protobuf.message import DecodeError
@@ -42,6 +42,7 @@ from magnetar.client.acks import BatchAcker
 from magnetar.client.errors import PulsarError
 from magnetar.client.message import EntryFields, Message, received
 from magnetar.client.schema import SchemaInfo
+from magnetar.protocol.client_codec import split_batch
 from magnetar.protocol.compression import decompress
 from magnetar.protocol.errors import MalformedFrame, ProtocolError
 from magnetar.protocol.message_id import MessageId
@@ -74,11 +75,20 @@ class MessagePayload:
     payload is passed for every index.
     """
 
-    __slots__ = ("_offset", "view")
+    __slots__ = ("_data", "_offset", "_view")
 
     def __init__(self, data: bytes | bytearray | memoryview) -> None:
-        self.view = data if isinstance(data, memoryview) else memoryview(data)
+        self._data = data
+        self._view: memoryview | None = None  # made on first use
         self._offset = 0  # where the next batched message starts
+
+    @property
+    def view(self) -> memoryview:
+        view = self._view
+        if view is None:
+            data = self._data
+            view = self._view = data if isinstance(data, memoryview) else memoryview(data)
+        return view
 
     def copy(self) -> bytes:
         """The payload's bytes (Java's ``copiedBuffer``)."""
@@ -88,19 +98,16 @@ class MessagePayload:
         return self.view.tobytes()
 
     def _value(self) -> bytes:
-        """The bytes for a message's value: the ``bytes`` it views when it views all of
-        one (immutable: no copy needed), else a copy."""
-        view = self.view
-        obj = view.obj
-        if type(obj) is bytes and len(obj) == view.nbytes and view.c_contiguous:
-            return obj
-        return view.tobytes()
+        """The bytes for a message's value: the payload's own ``bytes`` (immutable: no
+        copy needed), else a copy."""
+        data = self._data
+        return data if type(data) is bytes else self.view.tobytes()
 
     def __len__(self) -> int:
-        return len(self.view)
+        return len(self._data)
 
     def __repr__(self) -> str:
-        return f"<MessagePayload of {len(self.view)} bytes>"
+        return f"<MessagePayload of {len(self)} bytes>"
 
     def _next_single(self) -> tuple[pb.SingleMessageMetadata, bytes]:
         """The next ``[u32 size][SingleMessageMetadata][payload]`` of a Pulsar batch."""
@@ -129,8 +136,8 @@ class EntryContext:
     describe Pulsar's format only (another format may keep its count in the payload).
     """
 
-    __slots__ = ("_acker", "_consumer", "_metadata", "_metadata_bytes", "_position",
-                 "_redelivery_count", "_shared")
+    __slots__ = ("_acker", "_batched", "_consumer", "_metadata", "_metadata_bytes",
+                 "_position", "_redelivery_count", "_shared")
 
     def __init__(
         self,
@@ -139,8 +146,10 @@ class EntryContext:
         metadata_bytes: bytes,
         position: tuple[int, int],
         redelivery_count: int,
+        batched: bool,
     ) -> None:
         self._consumer = consumer
+        self._batched = batched
         self._metadata = metadata
         self._metadata_bytes = metadata_bytes
         self._position = position
@@ -162,12 +171,11 @@ class EntryContext:
     @property
     def num_messages(self) -> int:
         """``num_messages_in_batch``, or 1 when the entry is not a batch."""
-        metadata = self._metadata
-        return metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
+        return self._metadata.num_messages_in_batch if self._batched else 1
 
     @property
     def is_batch(self) -> bool:
-        return self._metadata.HasField("num_messages_in_batch")
+        return self._batched
 
     @property
     def metadata(self) -> pb.MessageMetadata:
@@ -233,6 +241,29 @@ class EntryContext:
                         self._redelivery_count, consumer, None, self._metadata.producer_name,
                         self._metadata_bytes, None)
 
+    def _pulsar_batch(self, payload: MessagePayload) -> list[Message]:
+        """Every message of a Pulsar batch at once: what ``message_at(index, n, payload,
+        True)`` gives for each index, with one call instead of one per message
+        (DEFAULT's hot path)."""
+        count = self.num_messages
+        offset = payload._offset
+        data = payload._value() if not offset else payload.view[offset:].tobytes()
+        items = split_batch(data, count)
+        payload._offset = len(payload)
+        acker = self._acker = self._acker_for(count)
+        metadata = self._metadata
+        shared = self._shared = (
+            metadata.publish_time, metadata.schema_version or None, metadata.sequence_id
+        )
+        consumer = self._consumer
+        position = self._position
+        topic = consumer.topic
+        redelivery_count = self._redelivery_count
+        producer_name = metadata.producer_name
+        return [received(value, position, index, topic, redelivery_count, consumer, acker,
+                         producer_name, shared, single)
+                for index, (single, value) in enumerate(items)]
+
     def _acker_for(self, size: int) -> BatchAcker:
         """The entry's batch acker: the consumer keeps it across redeliveries, so that
         messages acknowledged before are recognised when the entry comes again."""
@@ -272,10 +303,10 @@ class _DefaultPayloadProcessor:
         emit: Emit,
     ) -> None:
         if context.is_batch:
-            count = context.num_messages
-            message_at = context.message_at
-            for index in range(count):
-                emit(message_at(index, count, payload, True, schema))
+            # As Java's: emit(context.message_at(i, n, payload, True, schema)) for each
+            # index, done in one call.
+            for msg in context._pulsar_batch(payload):
+                emit(msg)
         else:
             emit(context.as_single_message(payload, schema))
 
@@ -311,6 +342,8 @@ def process_entry(
     consumer: TopicConsumer,
     processor: PayloadProcessor,
     command: pb.CommandMessage,
+    position: tuple[int, int],
+    batched: bool,
     metadata: pb.MessageMetadata,
     metadata_bytes: bytes,
     payload: bytes,
@@ -324,15 +357,19 @@ def process_entry(
     is settled here, so that a processor that makes more or fewer messages than that
     neither starves the consumer nor asks for more than its queue holds.
     """
-    mid = command.message_id
-    ledger, entry = position = (mid.ledgerId, mid.entryId)
-    batched = metadata.HasField("num_messages_in_batch")
+    ledger, entry = position
     charged = max(metadata.num_messages_in_batch, 1) if batched else 1
+    # PIP-54: of a partly acknowledged batch the broker sends (and charges permits for)
+    # only the messages its ack_set leaves, as bits set.
+    ack_set = command.ack_set if batched else None
+    wanted_bits: int | None = None
+    if ack_set:
+        wanted_bits = _bits(ack_set) & ((1 << charged) - 1)
+        charged = wanted_bits.bit_count()
     start = consumer._start
-    inclusive = consumer._start_inclusive
     at_start = start is not None and start.ledger_id == ledger
     if at_start and not batched and start is not None and _prior(
-        entry, start.entry_id, inclusive
+        entry, start.entry_id, consumer._start_inclusive
     ):
         consumer._credit(charged)  # before a reader's start, as without a processor
         return []
@@ -343,16 +380,19 @@ def process_entry(
             log.error("%s: entry %d:%d cannot be decompressed (%s); discarding it",
                       consumer.topic, ledger, entry, exc)
             consumer._discard(ledger, entry, pb.CommandAck.DecompressionError)
-            consumer._credit(charged - 1)
+            if charged > 1:
+                consumer._credit(charged - 1)
             return []
-    context = EntryContext(consumer, metadata, metadata_bytes, position, command.redelivery_count)
+    context = EntryContext(consumer, metadata, metadata_bytes, position,
+                           command.redelivery_count, batched)
     made: list[Message] = []
     try:
         processor.process(MessagePayload(payload), context, consumer.conf.schema, made.append)
     except Exception as exc:
         failed = context.as_single_message(MessagePayload(payload))
         consumer._on_dequeued(failed)  # the application takes the entry as the error
-        consumer._credit(charged - 1)
+        if charged > 1:
+            consumer._credit(charged - 1)
         error = PayloadProcessingError(
             f"{consumer.topic}: payload processor {processor!r} failed on entry "
             f"{ledger}:{entry}: {exc!r}",
@@ -366,27 +406,44 @@ def process_entry(
         consumer._credit(charged)
         consumer._ack(position, -1, None)
         return []
-    ack_set = list(command.ack_set)
-    skip_prior = at_start and start is not None and start.entry_id == entry
-    out: list[Message] = []
-    for msg in made:
-        index = msg._index
-        if index < 0:
-            if at_start and start is not None and _prior(entry, start.entry_id, inclusive):
-                continue
-        elif (msg._acker is not None and msg._acker.is_acked(index)) or (
-            ack_set and not _bit(ack_set, index)
-        ) or (skip_prior and start is not None and _prior(index, start.batch_index, inclusive)):
-            continue
-        out.append(msg)
     acker = context._acker
-    if not out and acker is not None and acker.complete:
-        consumer._batch_ackers.pop(position, None)
-    owed = charged - len(out)
+    # Usually every message is wanted: the per-message tests only when one may not be.
+    if at_start or wanted_bits is not None or (acker is not None and not acker.none_acked):
+        made = _wanted(made, wanted_bits, start if at_start else None, entry,
+                       consumer._start_inclusive)
+        if not made and acker is not None and acker.complete:
+            consumer._batch_ackers.pop(position, None)
+    owed = charged - len(made)
     if owed > 0:
         consumer._credit(owed)
     elif owed < 0:
         consumer._permits += owed  # taking the extra messages must not ask for more
+    return made
+
+
+def _wanted(
+    made: list[Message], wanted_bits: int | None, start: MessageId | None, entry: int,
+    inclusive: bool,
+) -> list[Message]:
+    """The messages to hand out: not acknowledged here, left by the broker's ``ack_set``
+    (when it sent one) and not before a reader's ``start``."""
+    skip_prior = start is not None and start.entry_id == entry
+    out = []
+    for msg in made:
+        index = msg._index
+        acker = msg._acker
+        if index < 0:
+            if start is not None and _prior(entry, start.entry_id, inclusive):
+                continue
+        elif acker is not None and acker.is_acked(index):
+            continue
+        elif wanted_bits is not None and not (wanted_bits >> index) & 1:
+            if acker is not None:
+                acker.ack(index)  # acked at the broker: acking the others acks the entry
+            continue
+        elif skip_prior and start is not None and _prior(index, start.batch_index, inclusive):
+            continue
+        out.append(msg)
     return out
 
 
@@ -394,6 +451,9 @@ def _prior(index: int, start: int, inclusive: bool) -> bool:
     return index < start if inclusive else index <= start
 
 
-def _bit(words: list[int], index: int) -> bool:
-    word = index >> 6
-    return word < len(words) and bool((words[word] >> (index & 63)) & 1)
+def _bits(words: Iterable[int]) -> int:
+    """Pulsar's ``ack_set`` (int64 words, lowest first) as one integer bitmask."""
+    bits = 0
+    for shift, word in enumerate(words):
+        bits |= (word & 0xFFFFFFFFFFFFFFFF) << (64 * shift)
+    return bits

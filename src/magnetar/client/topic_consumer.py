@@ -328,7 +328,8 @@ class TopicConsumer(ConnectionHandler):
             self._credit(count)
             return []
         if self._processor is not None:  # PIP-96: the processor makes the messages
-            return process_entry(self, self._processor, cmd, metadata, metadata_bytes, payload)
+            return process_entry(self, self._processor, cmd, position, batched, metadata,
+                                 metadata_bytes, payload)
         try:
             items = payload_to_messages(metadata, payload)
         except ProtocolError as exc:
