@@ -163,3 +163,14 @@ def test_sink_options() -> None:
     with pytest.raises(ValueError):
         SinkConfig.from_options({"service.url": "pulsar://h", "topic": "t",
                                  "pulsar.producer.compressionType": "brotli"}, ("value",))
+
+
+def test_row_ids_are_the_protobuf_serialisation() -> None:
+    from magnetar.spark.rows import IdEncoder
+
+    encode = IdEncoder()
+    ids = [MessageId(1_764_000_000, 5, -1), MessageId(1_764_000_000, 6, 0, -1, 3),
+           MessageId(1_764_000_000, 6, 2, -1, 3), MessageId(7, 300, 200, 4, 1000),
+           MessageId(7, 0, -1, 2), MessageId(2**40, 2**33, 127, 0, 128)]
+    for mid in ids:
+        assert encode(mid) == mid.serialize(), mid

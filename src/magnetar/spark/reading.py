@@ -16,10 +16,11 @@ import pyarrow as pa
 
 from magnetar.client import Client, Message, Reader
 from magnetar.client.errors import TimeoutError
+from magnetar.protocol.message_id import MessageId
 from magnetar.spark._loop import BackgroundLoop
 from magnetar.spark.options import SourceConfig
 from magnetar.spark.planning import TopicRange
-from magnetar.spark.positions import BEFORE_ALL, Key, message_key, seek_id
+from magnetar.spark.positions import BEFORE_ALL, WHOLE_ENTRY, Key, seek_id
 from magnetar.spark.rows import RowBuffer
 
 log = logging.getLogger("magnetar.spark")
@@ -60,14 +61,8 @@ def read_range(config: SourceConfig, part: object) -> Iterator[pa.RecordBatch]:
             loop.run(reader.close())
 
 
-def _key_of(msg: Message) -> Key:
-    mid = msg.message_id
-    return message_key(mid.ledger_id, mid.entry_id, mid.batch_index)
-
-
-def _ends_entry(msg: Message) -> bool:
-    """Whether ``msg`` is the last message of its entry."""
-    mid = msg.message_id
+def _ends_entry(mid: MessageId) -> bool:
+    """Whether the message ``mid`` is the last of its entry."""
     return mid.batch_index < 0 or 0 < mid.batch_size <= mid.batch_index + 1
 
 
@@ -108,7 +103,9 @@ class RangeReader:
             if msg is None:
                 self._done = True
                 break
-            key = _key_of(msg)
+            mid = msg.message_id
+            key = (mid.ledger_id, mid.entry_id,
+                   mid.batch_index if mid.batch_index >= 0 else WHOLE_ENTRY)
             if self._first:
                 self._first = False
                 self._check_start(key)
@@ -117,8 +114,8 @@ class RangeReader:
             if key > hi:
                 self._done = True
                 break
-            rows.add(msg)
-            if key == hi or (key[:2] == hi[:2] and _ends_entry(msg)):
+            rows.add(msg, mid)
+            if key == hi or (key[:2] == hi[:2] and _ends_entry(mid)):
                 # hi may stand for its whole entry (an id without batch index, as the
                 # broker reports the last message of a batch of one).
                 self._done = True

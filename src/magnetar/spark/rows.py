@@ -26,6 +26,7 @@ from pyspark.sql.types import (
 )
 
 from magnetar.client.message import Message
+from magnetar.protocol.message_id import MessageId
 
 VALUE = "value"
 KEY = "__key"
@@ -61,11 +62,54 @@ def arrow_schema() -> pa.Schema:
     return to_arrow_schema(SCHEMA, timezone="UTC")
 
 
+_U64 = (1 << 64) - 1
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL = [_varint(i) for i in range(128)]
+
+
+class IdEncoder:
+    """``MessageId.serialize()`` for the messages of a range, without a protobuf object
+    per message: the bytes of (ledger, entry, partition) are made once per entry, and
+    the batch fields appended (same bytes as the protobuf encoding, field by field)."""
+
+    def __init__(self) -> None:
+        self._entry: tuple[int, int, int] | None = None
+        self._prefix = b""
+
+    def __call__(self, mid: MessageId) -> bytes:
+        entry = (mid.ledger_id, mid.entry_id, mid.partition)
+        if entry != self._entry:
+            self._entry = entry
+            ledger, entry_id = mid.ledger_id & _U64, mid.entry_id & _U64
+            prefix = b"\x08" + _varint(ledger) + b"\x10" + _varint(entry_id)
+            if mid.partition >= 0:
+                prefix += b"\x18" + _varint(mid.partition)
+            self._prefix = prefix
+        index, size = mid.batch_index, mid.batch_size
+        out = self._prefix
+        if index >= 0:
+            out += b"\x20" + (_SMALL[index] if index < 128 else _varint(index))
+        if size > 0:
+            out += b"\x30" + (_SMALL[size] if size < 128 else _varint(size))
+        return out
+
+
 class RowBuffer:
     """Messages of one topic partition, gathered into columns for one record batch."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
+        self._encode_id = IdEncoder()
         self._clear()
 
     def _clear(self) -> None:
@@ -79,11 +123,12 @@ class RowBuffer:
     def __len__(self) -> int:
         return len(self.values)
 
-    def add(self, msg: Message) -> None:
+    def add(self, msg: Message, mid: MessageId) -> None:
+        """Add ``msg`` (whose id is ``mid``)."""
         key = msg.key
         self.keys.append(None if key is None else key.encode())
         self.values.append(msg.value)
-        self.ids.append(msg.message_id.serialize())
+        self.ids.append(self._encode_id(mid))
         self.publish.append(msg.publish_time * 1000)
         event = msg.event_time
         self.events.append(None if event is None else event * 1000)

@@ -1,0 +1,192 @@
+"""The Spark source's read throughput, against spark.read.parquet of the same rows, and
+its streaming end-to-end latency per micro-batch.
+
+A broker in a child process gets a topic of ``--messages`` messages of ``--size`` bytes
+(batched, lz4).  With a local[2] session, the topic is read in full into Spark's
+``noop`` sink (every row and column materialised, nothing written) as one range per
+topic partition and cut into ``--parts`` ranges (``minPartitions``); the same rows are
+written to Parquet once and read back the same way: the ceiling on this machine.
+Then a streaming query follows the topic while a producer sends ``--rate`` messages a
+second; each micro-batch's latency is the time from a message's publish time to its
+row reaching the foreachBatch sink on the driver.
+
+    .venv/bin/python benchmarks/spark_read.py [--messages 1000000] [--size 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from magnetar.client import Client
+from magnetar.testing import EmbeddedBroker
+
+
+async def fill(url: str, topic: str, n: int, size: int) -> float:
+    payload = b"x" * size
+    async with Client(url) as client:
+        producer = await client.create_producer(
+            topic, batching=True, batching_max_messages=1000, compression="lz4",
+            max_pending_messages=5000,
+        )
+        started = time.perf_counter()
+        window: list[asyncio.Future[Any]] = []
+        for _ in range(n):
+            window.append(producer.send_async(payload))
+            if len(window) >= 5000:
+                await asyncio.gather(*window)
+                window.clear()
+        await asyncio.gather(*window)
+        elapsed = time.perf_counter() - started
+        await producer.close()
+    return n / elapsed
+
+
+def session(master: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    import magnetar.spark
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master(master).appName("magnetar-spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    magnetar.spark.register(spark)
+    return spark
+
+
+def timed_noop(df: Any, runs: int) -> float:
+    """Best wall time of ``runs`` full reads (after one warm-up)."""
+    df.write.format("noop").mode("overwrite").save()
+    best = float("inf")
+    for _ in range(runs):
+        started = time.perf_counter()
+        df.write.format("noop").mode("overwrite").save()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def streaming_latency(spark: Any, url: str, rate: int, seconds: float) -> None:
+    topic = f"persistent://public/default/bench-stream-{uuid.uuid4().hex[:8]}"
+    latencies: list[tuple[int, float, float]] = []  # (rows, median ms, max ms)
+
+    def each(df: Any, batch_id: int) -> None:
+        times = [r[0] for r in df.select("__publishTime").collect()]
+        now = time.time()
+        if times:
+            waits = sorted((now - t.timestamp()) * 1000 for t in times)
+            latencies.append((len(waits), statistics.median(waits), waits[-1]))
+
+    async def produce(stop: threading.Event) -> int:
+        sent = 0
+        async with Client(url) as client:
+            producer = await client.create_producer(topic)
+            await producer.send(b"warm-up")
+            while not stop.is_set():
+                await producer.send(b"y" * 100)
+                sent += 1
+                await asyncio.sleep(1 / rate)
+        return sent
+
+    checkpoint = tempfile.mkdtemp(prefix="spark-bench-cp-")
+    # The topic must exist before the query asks for its partitions.
+    asyncio.run(fill(url, topic, 1, 10))
+    query = (spark.readStream.format("pulsar").option("service.url", url)
+             .option("topic", topic).option("startingOffsets", "latest").load()
+             .writeStream.foreachBatch(each).option("checkpointLocation", checkpoint)
+             .trigger(processingTime="0 seconds").start())
+    try:
+        deadline = time.monotonic() + 120
+        while query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        stop = threading.Event()
+        timer = threading.Timer(seconds, stop.set)
+        timer.start()
+        sent = asyncio.run(produce(stop))
+        time.sleep(5)  # let the last micro-batches land
+        progress = list(query.recentProgress)
+    finally:
+        query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    received = sum(n for n, _, _ in latencies)
+    medians = sorted(m for _, m, _ in latencies)
+    maxima = sorted(m for _, _, m in latencies)
+    durations = sorted(p["durationMs"].get("triggerExecution", 0) for p in progress
+                       if p.get("numInputRows"))
+    print(f"streaming: {sent} messages at ~{rate}/s for {seconds:.0f}s, {received} rows in "
+          f"{len(latencies)} micro-batches")
+    if latencies:
+        print(f"  per micro-batch, median publish->foreachBatch latency: "
+              f"p50 {statistics.median(medians):.0f} ms, "
+              f"p90 {medians[int(0.9 * (len(medians) - 1))]:.0f} ms; "
+              f"worst message p50 {statistics.median(maxima):.0f} ms")
+    if durations:
+        print(f"  trigger execution per micro-batch: p50 {statistics.median(durations):.0f} ms, "
+              f"max {durations[-1]:.0f} ms")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--parts", type=int, default=2, help="minPartitions for the cut read")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--rate", type=int, default=100, help="messages/s while streaming")
+    parser.add_argument("--stream-seconds", type=float, default=20.0)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="spark-bench-"))
+    with EmbeddedBroker(mode="subprocess", data_dir=work / "broker", log_level="warning") as broker:
+        url = broker.service_url
+        topic = f"persistent://public/default/bench-read-{uuid.uuid4().hex[:8]}"
+        rate = asyncio.run(fill(url, topic, args.messages, args.size))
+        print(f"filled {topic}: {args.messages} x {args.size} B, batched, lz4 "
+              f"({rate:,.0f} msg/s)")
+        spark = session(args.master)
+        try:
+            source = (spark.read.format("pulsar").option("service.url", url)
+                      .option("topic", topic))
+            whole = source.load()
+            cut = source.option("minPartitions", str(args.parts)).load()
+            parquet_dir = str(work / "rows.parquet")
+            cut.write.parquet(parquet_dir)
+            parquet = spark.read.parquet(parquet_dir)
+            assert parquet.count() == args.messages
+            t_whole = timed_noop(whole, args.runs)
+            t_cut = timed_noop(cut, args.runs)
+            t_parquet = timed_noop(parquet, args.runs)
+            n = args.messages
+            print(f"read {n:,} rows with {args.master}, best of {args.runs}:")
+            print(f"  pulsar, {whole.rdd.getNumPartitions()} range(s):   "
+                  f"{n / t_whole:>12,.0f} rows/s ({t_whole:.2f} s)")
+            print(f"  pulsar, {cut.rdd.getNumPartitions()} range(s):   "
+                  f"{n / t_cut:>12,.0f} rows/s ({t_cut:.2f} s)")
+            print(f"  parquet, {parquet.rdd.getNumPartitions()} file split(s): "
+                  f"{n / t_parquet:>12,.0f} rows/s ({t_parquet:.2f} s)")
+            print(f"  pulsar / parquet: {t_parquet / t_whole:.2f} (1 range), "
+                  f"{t_parquet / t_cut:.2f} ({cut.rdd.getNumPartitions()} ranges)")
+            streaming_latency(spark, url, args.rate, args.stream_seconds)
+        finally:
+            spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
