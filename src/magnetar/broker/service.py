@@ -378,6 +378,7 @@ class BrokerService:
         ledger = None
         try:
             ledger = store.open_ledger(full)
+            ledger.open_persisted_cursors()  # its subscriptions' files, off the loop too
             metadata = store.topic_metadata(full)
             ledgers = begin_ledger(
                 metadata, ledger.next_entry_id, ledger.first_entry_id, self.clock_ms() // 1000

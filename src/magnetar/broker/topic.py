@@ -119,8 +119,7 @@ class Topic:
         )
         if dispatch_before_sync:
             ledger.on_written = self._written
-        for cursor_name in ledger.persisted_cursor_names():
-            ledger.open_cursor(cursor_name, ledger.first_entry_id - 1)
+        # The service opened the persisted cursors with the ledger, off the loop.
         # Consumers may see entries before their fsync (dispatch_before_sync).
         ledger.rewind_cursors_past_end()
         for cursor_name, cursor in ledger.cursors.items():

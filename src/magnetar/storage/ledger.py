@@ -317,6 +317,12 @@ class ManagedLedger:
         """Forget the cursor and remove its file (no error if there is none)."""
         self._cursors.delete(name)
 
+    def open_persisted_cursors(self) -> None:
+        """Open every cursor persisted on disk (file work: a worker thread may, before
+        the ledger is handed to the loop)."""
+        for name in self.persisted_cursor_names():
+            self.open_cursor(name, self.first_entry_id - 1)
+
     def persisted_cursor_names(self) -> list[str]:
         """Names of the cursors on disk, so subscriptions can be reopened at startup."""
         return self._cursors.persisted_names()
