@@ -32,8 +32,16 @@ def test_schema_versions_are_created_fetched_and_checked(
     broker: EmbeddedBroker, topic: str
 ) -> None:
     peer = RawPeer(broker.port)
-    v1 = pb.Schema(name="rec", schema_data=b'{"type":"record","fields":[]}', type=pb.Schema.Json)
-    v2 = pb.Schema(name="rec", schema_data=b'{"type":"record","fields":[1]}', type=pb.Schema.Json)
+    # JSON schemas are Avro record definitions; v2 adds a field with a default (FULL allows it).
+    v1 = pb.Schema(
+        name="rec", schema_data=b'{"type":"record","name":"R","fields":[]}', type=pb.Schema.Json
+    )
+    v2 = pb.Schema(
+        name="rec",
+        schema_data=b'{"type":"record","name":"R","fields":'
+        b'[{"name":"a","type":"int","default":1}]}',
+        type=pb.Schema.Json,
+    )
     first = get_or_create(peer, topic, v1, 1)
     assert not first.HasField("error_code")
     assert get_or_create(peer, topic, v1, 2).schema_version == first.schema_version
@@ -48,7 +56,13 @@ def test_schema_versions_are_created_fetched_and_checked(
         peer, topic, pb.Schema(name="s", schema_data=b"", type=pb.Schema.String), 6
     )
     assert incompatible.error_code == pb.IncompatibleSchema
-    assert "incompatible" in incompatible.error_message
+    assert "Incompatible schema: exists schema type JSON" in incompatible.error_message
     missing = get_schema(peer, topic + "-none", 7)
     assert missing.HasField("error_code")
+    # A definition that is not an Avro record is refused as Pulsar refuses it.
+    invalid = get_or_create(
+        peer, topic, pb.Schema(name="rec", schema_data=b'{"type":"record"}', type=pb.Schema.Json), 8
+    )
+    assert invalid.error_code == pb.IncompatibleSchema
+    assert "Invalid schema definition data for JSON schema" in invalid.error_message
     peer.close()

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from magnetar.admin.policies import add_policy_routes
 from magnetar.admin.raw_entries import add_raw_entry_routes
+from magnetar.admin.schema_routes import add_schema_routes
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class AdminServer:
         self.app = web.Application()
         add_policy_routes(self.app, service)  # first: DELETE .../{topic} would match them
         add_raw_entry_routes(self.app, service)  # PIP-96 ingest
+        add_schema_routes(self.app, service)  # schemas and their compatibility policies
         self.runner: web.AppRunner | None = None
         self._sock: socket.socket | None = None
         self.port = 0

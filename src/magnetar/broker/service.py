@@ -423,6 +423,7 @@ class BrokerService:
         )
         topic.on_storage_failure = self._topic_failed
         topic.redelivery_backoff_of = self.backoff_policies.effective
+        topic.schemas.policy_root = self.config.data_dir  # namespace schema policies
         self.topics[full] = topic
         share = self._info_share()
         if share < self._info_trimmed_share * 3 // 4:

@@ -98,7 +98,7 @@ class Topic:
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.access = ProducerAccess(self)
-        self.schemas = SchemaRegistry(metadata)
+        self.schemas = SchemaRegistry(metadata, name)
         self.stats = TopicStats()
         self._info: dict[int, EntryInfo] = {}
         self.terminated = metadata.properties.get("terminated") == "true"

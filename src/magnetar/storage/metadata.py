@@ -26,6 +26,9 @@ class SchemaEntry:
     name: str
     data: bytes
     properties: dict[str, str] = field(default_factory=dict)
+    timestamp: int = 0  # ms since the epoch when it was registered (0: not recorded)
+    # A deletion marker (Pulsar's deleted SchemaInfo): versions up to it are gone.
+    deleted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -34,6 +37,8 @@ class SchemaEntry:
             "name": self.name,
             "data": base64.b64encode(self.data).decode("ascii"),
             "properties": self.properties,
+            "timestamp": self.timestamp,
+            "deleted": self.deleted,
         }
 
     @classmethod
@@ -44,6 +49,8 @@ class SchemaEntry:
             name=str(doc["name"]),
             data=base64.b64decode(doc["data"], validate=True),
             properties={str(k): str(v) for k, v in doc.get("properties", {}).items()},
+            timestamp=int(doc.get("timestamp", 0)),
+            deleted=bool(doc.get("deleted", False)),
         )
 
 

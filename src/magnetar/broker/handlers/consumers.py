@@ -18,6 +18,7 @@ from magnetar.storage.store import too_long_for_a_file
 
 if TYPE_CHECKING:
     from magnetar.broker.connection import ServerCnx
+    from magnetar.broker.topic import Topic
     from magnetar.protocol.frames import Frame
 
 log = logging.getLogger("magnetar.broker.connection")
@@ -44,8 +45,10 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
         raise CommandError(pb.NotAllowedError, f"subscription name {too_long}")
     topic = get_topic(cnx, name, create=request.force_topic_creation)
     if request.HasField("schema"):
+        # Judged before the subscription is touched, so that a refused consumer holds
+        # nothing: the next subscribe on an Exclusive subscription is not ConsumerBusy.
         try:
-            topic.schemas.add_or_get(request.schema)
+            topic.schemas.admit_consumer(request.schema, _active(topic))
         except IncompatibleSchema as exc:
             raise CommandError(pb.IncompatibleSchema, str(exc)) from None
     start = request.start_message_id if request.HasField("start_message_id") else None
@@ -88,6 +91,14 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
     )
     cnx.write_success(request.request_id)
     sub.notify_consumer_active(consumer)
+
+
+def _active(topic: Topic) -> bool:
+    """Pulsar's test before a consumer's schema may become the topic's: no producer,
+    no consumer and no stored entry means idle."""
+    if topic.producers or any(sub.consumers for sub in topic.subscriptions.values()):
+        return True
+    return topic.ledger.next_entry_id > topic.ledger.first_entry_id
 
 
 def open_consumer(cnx: ServerCnx, consumer_id: int) -> Consumer:
