@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from magnetar.admin.dedup_routes import add_dedup_routes
 from magnetar.admin.policies import add_policy_routes
 from magnetar.admin.raw_entries import add_raw_entry_routes
 from magnetar.admin.schema_routes import add_schema_routes
@@ -47,6 +48,7 @@ class AdminServer:
         self.service = service
         self.app = web.Application()
         add_policy_routes(self.app, service)  # first: DELETE .../{topic} would match them
+        add_dedup_routes(self.app, service)  # likewise
         add_raw_entry_routes(self.app, service)  # PIP-96 ingest
         add_schema_routes(self.app, service)  # schemas and their compatibility policies
         self.runner: web.AppRunner | None = None

@@ -289,6 +289,42 @@ class BrokerConfig:
             "message is forgotten and counts from 0 again"
         ),
     )
+    broker_deduplication_enabled: bool = field(
+        default=False,
+        metadata=_help(
+            "message deduplication (Pulsar's brokerDeduplicationEnabled): a message whose "
+            "producer sequence id is not above that producer's last one is not stored "
+            "again; the default of every persistent topic, which namespaces and topics "
+            "may override (admin API)"
+        ),
+    )
+    broker_deduplication_max_number_of_producers: int = field(
+        default=10_000,
+        metadata=_help(
+            "producers whose sequence ids a topic remembers for deduplication; past it "
+            "the longest inactive one is forgotten"
+        ),
+    )
+    broker_deduplication_entries_interval: int = field(
+        default=1_000,
+        metadata=_help(
+            "entries between two deduplication snapshots of a topic (a load replays "
+            "the entries after the last one)"
+        ),
+    )
+    broker_deduplication_snapshot_interval_seconds: float = field(
+        default=120.0,
+        metadata=_help(
+            "a topic with entries since its last deduplication snapshot takes one after "
+            "this many seconds; 0: only every broker_deduplication_entries_interval"
+        ),
+    )
+    broker_deduplication_producer_inactivity_timeout_minutes: int = field(
+        default=360,
+        metadata=_help(
+            "a producer disconnected for this long is forgotten by deduplication"
+        ),
+    )
     retention_check_interval: float = field(
         default=10.0, metadata=_help("seconds between removals of consumed segments")
     )
@@ -387,6 +423,18 @@ class BrokerConfig:
                 self.max_redelivery_counts_per_subscription,
                 "must be >= 1",
             )
+        for name in (
+            "broker_deduplication_max_number_of_producers",
+            "broker_deduplication_entries_interval",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, getattr(self, name), "must be >= 1")
+        for name in (
+            "broker_deduplication_snapshot_interval_seconds",
+            "broker_deduplication_producer_inactivity_timeout_minutes",
+        ):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, getattr(self, name), "must be >= 0")
         if self.max_open_segment_files < 1:
             raise ConfigError(
                 "max_open_segment_files", self.max_open_segment_files, "must be >= 1"

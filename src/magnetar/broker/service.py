@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.broker.config import BrokerConfig, ConfigError, listen_error, os_reason
 from magnetar.broker.connection import ServerCnx
+from magnetar.broker.dedup_policy import DedupPolicies, settings_from_config
 from magnetar.broker.idle_poll import IdlePoller
 from magnetar.broker.limits import ConnectionLimits, PublishBuffer
 from magnetar.broker.loop_lag import LoopLagProbe
@@ -26,6 +27,7 @@ from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 from magnetar.storage import CorruptLedger, LedgerConfig, ManagedLedger, Store, TopicMetadata
 from magnetar.storage.dir_lock import DataDirLock
+from magnetar.storage.errors import StorageError
 from magnetar.storage.ledger_ids import LedgerIds, begin_ledger
 
 if TYPE_CHECKING:
@@ -61,6 +63,12 @@ class BrokerService:
         self.replies = ReplyRouter(self)
         self.backoff_policies = BackoffPolicies(
             RedeliveryBackoffPolicy.from_config(config), config.data_dir
+        )
+        self.dedup_settings = settings_from_config(config)
+        self.dedup_policies = DedupPolicies(
+            config.broker_deduplication_enabled,
+            config.data_dir,
+            on_namespace_written=self._namespace_policies_written,
         )
         self._producer_seq = itertools.count()
         self._started_ms = self.clock_ms() % (1 << 40)
@@ -132,6 +140,7 @@ class BrokerService:
         self._timers.append(self.loop.create_task(self._cursor_flusher()))
         self._timers.append(self.loop.create_task(self._retention()))
         self._timers.append(self.loop.create_task(self._idle_unloader()))
+        self._timers.append(self.loop.create_task(self._dedup_monitor()))
         self._timers.append(self.loop.create_task(self.loop_lag.run()))
         if self.loop_lag.enabled:
             self.stall_tracer.start()
@@ -269,12 +278,36 @@ class BrokerService:
             await asyncio.sleep(self.config.retention_check_interval)
             for topic in list(self.topics.values()):
                 try:
+                    # A trim must not take entries a dedup replay would need.
+                    await topic.dedup.snapshot_now()
                     removed = await topic.ledger.trim_consumed_async()
                     if removed:
                         log.info("retention removed %d entries of %s", removed, topic.name)
                 except Exception:
                     log.exception("retention on %s failed", topic.name)
                 await asyncio.sleep(0)  # thousands of topics: one turn each, not one stall
+
+    async def _dedup_monitor(self) -> None:
+        """Deduplication's periodic work on every topic that has it on: forget
+        producers inactive too long, snapshot topics whose snapshot is old."""
+        interval = self.config.broker_deduplication_snapshot_interval_seconds
+        period = min(60.0, max(1.0, interval)) if interval > 0 else 60.0
+        while True:
+            await asyncio.sleep(period)
+            for index, topic in enumerate(list(self.topics.values())):
+                if topic.dedup.enabled:
+                    topic.dedup.tick()
+                if index % 500 == 499:
+                    await asyncio.sleep(0)  # thousands of topics: never one long stall
+
+    def apply_deduplication(self, topic: Topic) -> None:
+        """Turn deduplication on or off on a loaded topic as the policies say now."""
+        topic.dedup.apply(self.dedup_policies.enabled_for(topic))
+
+    def _namespace_policies_written(self, tenant: str, namespace: str) -> None:
+        # The file is shared with the redelivery backoff's policies: drop its cached
+        # copy, or its next write would put back the file as it was before this one.
+        self.backoff_policies._namespaces.pop(f"{tenant}/{namespace}", None)
 
     # ------------------------------------------------------------ connections
 
@@ -425,6 +458,15 @@ class BrokerService:
         topic.redelivery_backoff_of = self.backoff_policies.effective
         topic.schemas.policy_root = self.config.data_dir  # namespace schema policies
         self.topics[full] = topic
+        topic.dedup.settings = self.dedup_settings
+        try:
+            self.apply_deduplication(topic)
+        except (OSError, StorageError) as exc:
+            # Its state could not be loaded: refuse publishes rather than let
+            # duplicates in; unloading lets the next use try again.
+            topic.failure = f"cannot load the deduplication state of {full}: {exc}"
+            log.error("%s", topic.failure)
+            self._topic_failed(topic)
         share = self._info_share()
         if share < self._info_trimmed_share * 3 // 4:
             # Topics filled their caches while their share was larger.

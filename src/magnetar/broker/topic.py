@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from magnetar.broker.dedup import MessageDeduplication
 from magnetar.broker.delayed import DEFAULT_CAPACITY as DEFAULT_DELAYED_CAPACITY
 from magnetar.broker.entry_info import EntryInfo, info_from_entry
 from magnetar.broker.exclusive import ProducerAccess
@@ -99,6 +100,8 @@ class Topic:
         self.subscriptions: dict[str, Subscription] = {}
         self.access = ProducerAccess(self)
         self.schemas = SchemaRegistry(metadata, name)
+        # Off until the service applies the policy in force (broker/dedup_policy.py).
+        self.dedup = MessageDeduplication(self.name, ledger, loop, clock_ms)
         self.stats = TopicStats()
         self._info: dict[int, EntryInfo] = {}
         self.terminated = metadata.properties.get("terminated") == "true"
@@ -211,9 +214,11 @@ class Topic:
         entry: bytes,
         info: EntryInfo,
         on_receipt: Callable[[], None] | None = None,
+        dedup_highest: int | None = None,
     ) -> None:
         """Append ``entry``; once it is durable, write the send receipt and call
-        ``on_receipt`` (the connection counts the publish pending until then)."""
+        ``on_receipt`` (the connection counts the publish pending until then).
+        ``dedup_highest``: deduplication let it through, and records it as persisted."""
         cnx = producer.cnx
         producer_id = producer.producer_id
         receipt_id = self._mid_for_receipts
@@ -231,10 +236,13 @@ class Topic:
             )
             if on_receipt is not None:
                 on_receipt()
+            if dedup_highest is not None:
+                dedup.record(producer.name, dedup_highest, entry_id)
             if not dispatch_now:
                 for subscription in subscriptions.values():
                     subscription.schedule_dispatch()
 
+        dedup = self.dedup
         entry_id = self.ledger.append(entry, on_durable)
         self._remember(entry_id, info)
         stats = self.stats
@@ -376,6 +384,7 @@ class Topic:
         self.closed = True
         for sub in self.subscriptions.values():
             sub.close()
+        await self.dedup.close()
         await self.ledger.close()
 
     def stats_dict(self) -> dict[str, object]:
@@ -388,6 +397,7 @@ class Topic:
             "topicEpoch": self.metadata.topic_epoch,
             "exclusiveProducer": self.access.holder_name(),
             "accessMode": self.access.mode_name(),
+            "deduplicationStatus": self.dedup.status,
             "publishers": [
                 {
                     "producerName": p.name,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from magnetar.broker.dedup import DUP, NOT_DUP, highest_sequence_id, is_tracked
 from magnetar.broker.entry_info import info_from_metadata
 from magnetar.broker.exclusive import ProducerRefused
 from magnetar.broker.handlers.common import get_topic, topic_name
@@ -13,6 +14,7 @@ from magnetar.broker.handlers.errors import CommandError
 from magnetar.broker.producer import SHARED, Producer
 from magnetar.broker.schemas import IncompatibleSchema, version_bytes
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
+from magnetar.protocol.fastpath import encode_send_receipt, message_id_bytes
 from magnetar.protocol.frames import parse_metadata, parse_payload
 from magnetar.protocol.pb import BaseCommand, pb
 
@@ -90,6 +92,7 @@ def handle_producer(
             log.info("refused producer %s on %s: %s", producer_name, topic.name, exc)
         raise CommandError(exc.error, str(exc)) from None
     cnx.producers[producer_id] = producer
+    topic.dedup.producer_added(producer_name)
     if request.initial_subscription_name and request.initial_subscription_name not in (
         topic.subscriptions
     ):
@@ -133,10 +136,13 @@ def _after_probe(
 
 
 def write_producer_success(cnx: ServerCnx, producer: Producer, request_id: int) -> None:
+    # Deduplication's highest sequence id of this name, so that the client goes on
+    # from it (-1: none, or deduplication off), as Pulsar's Producer.getLastSequenceId.
+    topic = cnx.service.topics.get(producer.topic_name)
     success = pb.CommandProducerSuccess(
         request_id=request_id,
         producer_name=producer.name,
-        last_sequence_id=-1,
+        last_sequence_id=-1 if topic is None else topic.dedup.last_sequence_id(producer.name),
         producer_ready=producer.ready,
     )
     if producer.schema_version is not None:
@@ -214,6 +220,14 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     if topic.failure:
         send_error(cnx, send, pb.PersistenceError, topic.failure)
         return
+    dedup_highest = None
+    if topic.dedup.enabled and is_tracked(metadata):
+        send_highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else -1
+        dedup_highest = highest_sequence_id(send.sequence_id, send_highest, metadata)
+        verdict = topic.dedup.check(producer.name, send.sequence_id, dedup_highest)
+        if verdict != NOT_DUP:
+            _answer_duplicate(cnx, send, verdict == DUP, topic.name, producer.name)
+            return
     # The entry's own metadata says how many messages it holds (as Pulsar's
     # dispatcher reads it); CommandSend.num_messages is the producer's word only.
     info = info_from_metadata(metadata)
@@ -229,10 +243,37 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
             body,
             info,
             lambda: cnx.publish_done(producer, size),
+            dedup_highest,
         )
     except BaseException:
         cnx.publish_done(producer, size)
         raise
+
+
+_DUPLICATE_ID = message_id_bytes(-1, -1, -1)
+
+
+def _answer_duplicate(
+    cnx: ServerCnx, send: pb.CommandSend, stored: bool, topic: str, producer: str
+) -> None:
+    """Pulsar's answers to a duplicate: one already stored gets a receipt for message
+    id -1:-1 at once, and nothing is stored again; one whose first copy is still being
+    written gets a PersistenceError, on which the client reconnects and sends it again
+    (by then it is stored, or its first copy failed and this one goes through)."""
+    if stored:
+        cnx.write(
+            encode_send_receipt(
+                send.producer_id, send.sequence_id, _DUPLICATE_ID, send.highest_sequence_id
+            )
+        )
+        return
+    send_error(
+        cnx,
+        send,
+        pb.PersistenceError,
+        f"[{topic}][{producer}] Cannot determine whether the message is a duplicate at "
+        "this time",
+    )
 
 
 def send_error(cnx: ServerCnx, send: pb.CommandSend, error: int, message: str) -> None:
@@ -264,5 +305,6 @@ def detach_producer(cnx: ServerCnx, producer: Producer, explicit: bool = False) 
     cnx.release_publishes(producer)
     topic = cnx.service.topics.get(producer.topic_name)
     if topic is not None:
+        topic.dedup.producer_removed(producer.name)
         topic.access.release(producer)
         cnx.service.on_producer_closed(topic, producer, explicit)
