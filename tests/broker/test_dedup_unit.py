@@ -327,3 +327,25 @@ async def test_time_snapshot_and_inactivity_purge(tmp_path: Path) -> None:
     finally:
         await log.dedup.close()
         await log.ledger.close()
+
+
+async def test_a_write_in_flight_across_off_and_on_is_not_recorded(log: Log) -> None:
+    log.dedup.apply(True)
+    dedup = log.dedup
+    assert dedup.check("a", 1, 1) == NOT_DUP
+    log.ledger.append(entry("a", 1), lambda entry_id: dedup.record("a", 1, entry_id))
+    dedup.apply(False)
+    dedup.apply(True)  # starts after the entry in flight
+    await log.ledger.flush()
+    assert dedup.last_sequence_id("a") == -1
+    assert await log.publish("a", 1) == NOT_DUP
+
+
+async def test_a_trim_behind_the_snapshot_needs_no_new_one(log: Log) -> None:
+    log.dedup.apply(True)  # snapshot at -1
+    for seq in range(3):
+        await log.publish("a", seq)  # recorded up to position 2
+    await log.dedup.snapshot_now(trim_up_to=-1)  # consumers have not moved
+    assert read_snapshot(log.dedup.path) == DedupSnapshot(-1, {})
+    await log.dedup.snapshot_now(trim_up_to=1)  # entries 0 and 1 may go
+    assert read_snapshot(log.dedup.path) == DedupSnapshot(2, {"a": 2})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -402,5 +403,48 @@ def test_kill_9_mid_run_then_resend_everything_stores_each_message_once(
         )
         values = [msg.data() for msg in drain(consumer, idle_ms=2000)]
         assert values == [f"m{i:05d}".encode() for i in range(total)]
+    finally:
+        broker.close()
+
+
+def test_retention_does_not_trim_what_a_replay_needs(
+    tmp_path: Path, client_factory: Callable[..., pulsar.Client]
+) -> None:
+    """Consumed segments are removed; a producer whose every entry went with them is
+    still known after a restart (a snapshot is taken before the trim)."""
+    broker = EmbeddedBroker(
+        data_dir=tmp_path,
+        broker_deduplication_enabled=True,
+        broker_deduplication_entries_interval=1_000_000,  # no snapshot but the trim's
+        broker_deduplication_snapshot_interval_seconds=0,
+        segment_max_bytes=4096,
+        retention_check_interval=0.1,
+        cursor_flush_interval=0.05,
+    )
+    broker.start()
+    try:
+        client = client_factory(broker.service_url)
+        topic = "persistent://public/default/trimmed"
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        early = client.create_producer(topic, producer_name="early")
+        for _ in range(30):
+            early.send(b"e" * 200)
+        early.close()
+        late = client.create_producer(topic, producer_name="late")
+        for _ in range(60):
+            late.send(b"l" * 200)
+        assert len(drain(consumer)) == 90
+        assert broker.service is not None
+        ledger = broker.service.topics[topic].ledger
+        deadline = time.monotonic() + 30
+        while ledger.first_entry_id <= 30 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ledger.first_entry_id > 30, "retention never removed the early entries"
+        client.close()
+        broker.restart()
+        client = client_factory(broker.service_url)
+        early = client.create_producer(topic, producer_name="early")
+        assert early.last_sequence_id() == 29
+        assert is_duplicate_receipt(early.send(b"e", sequence_id=29))
     finally:
         broker.close()

@@ -301,8 +301,8 @@ class MessageDeduplication:
     def record(self, name: str, highest: int, entry_id: int) -> None:
         """The entry ``entry_id`` that ``check`` let through is durable."""
         tracker = self.tracker
-        if tracker is None:  # turned off meanwhile
-            return
+        if tracker is None or entry_id <= self._recorded:
+            return  # turned off meanwhile (and maybe on again: it was before the start)
         tracker.record_persisted(name, highest)
         self._recorded = entry_id
         self._since_snapshot += 1
@@ -357,11 +357,15 @@ class MessageDeduplication:
     def _behind(self) -> bool:
         return self.enabled and self._recorded > self._snapshot_position
 
-    async def snapshot_now(self) -> None:
-        """Snapshot what is recorded, if the snapshot is behind, and wait for it:
-        before retention trims the log, the entries it removes must not be needed
-        for a replay."""
-        if self._behind():
+    async def snapshot_now(self, trim_up_to: int | None = None) -> None:
+        """Snapshot what is recorded, if the snapshot is behind, and wait for it.
+        Before retention trims the log up to ``trim_up_to`` (at most), so that the
+        entries it removes are not needed for a replay: only when some of them came
+        after the snapshot."""
+        behind = self._behind()
+        if behind and trim_up_to is not None:
+            behind = trim_up_to > self._snapshot_position
+        if behind:
             self._snapshot(self._recorded)
         while self._writing is not None:  # and the follow-up its callback starts
             await asyncio.shield(self._writing)

@@ -279,7 +279,9 @@ class BrokerService:
             for topic in list(self.topics.values()):
                 try:
                     # A trim must not take entries a dedup replay would need.
-                    await topic.dedup.snapshot_now()
+                    marks = [cursor.mark_delete for cursor in topic.ledger.cursors.values()]
+                    if marks and topic.dedup.enabled:
+                        await topic.dedup.snapshot_now(min(marks))
                     removed = await topic.ledger.trim_consumed_async()
                     if removed:
                         log.info("retention removed %d entries of %s", removed, topic.name)
