@@ -289,6 +289,15 @@ class BrokerConfig:
             "message is forgotten and counts from 0 again"
         ),
     )
+    acknowledgment_at_batch_index_level_enabled: bool = field(
+        default=True,
+        metadata=_help(
+            "batch-index acks (Pulsar's acknowledgmentAtBatchIndexLevelEnabled, PIP-54): "
+            "an ack of some messages of a batch is kept with the subscription's position "
+            "and the batch is delivered again without them; off: the batch stays unacked "
+            "until all of it is acked, and comes again whole"
+        ),
+    )
     broker_deduplication_enabled: bool = field(
         default=False,
         metadata=_help(

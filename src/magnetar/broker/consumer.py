@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from magnetar.broker.batch_acks import encode_message_frame_with_ack_set
 from magnetar.protocol.fastpath import encode_message_frame
 
 if TYPE_CHECKING:
@@ -39,14 +40,22 @@ class Consumer:
         )
 
     def send_entry(
-        self, entry_id: int, message_id: bytes, entry: bytes, messages: int, redelivery_count: int
+        self, entry_id: int, message_id: bytes, entry: bytes, messages: int, redelivery_count: int,
+        ack_set: list[int] | None = None,
     ) -> None:
+        """``messages``: how many of the entry's messages the consumer gets (those
+        ``ack_set`` leaves, for a partly acked batch)."""
         self.permits -= messages
         self.pending[entry_id] = messages
         self.messages_out += messages
         self.bytes_out += len(entry)
-        self.cnx.write(
-            encode_message_frame(
+        if ack_set is None:
+            frame = encode_message_frame(
                 self.consumer_id, message_id, redelivery_count, entry, self.consumer_epoch
             )
-        )
+        else:
+            frame = encode_message_frame_with_ack_set(
+                self.consumer_id, message_id, redelivery_count, entry, self.consumer_epoch,
+                ack_set,
+            )
+        self.cnx.write(frame)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from magnetar.broker.batch_acks import unacked_part
 from magnetar.broker.dispatchers import SubType
 from magnetar.protocol.pb import BaseCommand, pb
 
@@ -172,6 +173,9 @@ def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) 
         # Not sent: it must go out on a later round, not stay owned by nobody.
         sub.replay.add(entry_id)
         raise
+    ack_set = None
+    if sub.batch_acks:  # a partly acked batch goes out with what is left of it
+        num_messages, ack_set = unacked_part(sub, consumer, entry_id, num_messages)
     sub.pending[entry_id] = consumer
     sub.dispatcher.hold(info.key_hash, consumer)
     consumer.send_entry(
@@ -180,6 +184,7 @@ def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) 
         entry,
         num_messages,
         sub.redelivery_counts.get(entry_id, 0),
+        ack_set,
     )
     topic.stats.messages_out += num_messages
     return len(entry)

@@ -9,7 +9,8 @@ With a redelivery backoff in force (see redelivery_backoff.py), an entry a consu
 asked to have redelivered waits in the delayed-delivery tracker until its backoff has
 passed, instead of going to the replay set at once; other entries go out meanwhile.
 Redelivery counts live in the durable cursor's ``RedeliveryCounts`` (persisted with
-the position, bounded), or in one of the subscription's own for a reader.
+the position, bounded), or in one of the subscription's own for a reader; so do the
+messages still unacked of partly acked batches (``batch_acks``, see batch_acks.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from magnetar.broker.dispatchers import (
 )
 from magnetar.broker.failover import FailoverHandover
 from magnetar.protocol.pb import pb
+from magnetar.storage.batch_ack_sets import BatchAckSets
 from magnetar.storage.cursor import RedeliveryCounts
 
 if TYPE_CHECKING:
@@ -84,6 +86,10 @@ class Subscription:
             counts = RedeliveryCounts()  # a reader's: not persisted
         counts.set_limit(topic.max_redelivery_counts)
         self.redelivery_counts: RedeliveryCounts = counts
+        batch_acks = getattr(cursor, "batch_acks", None)
+        if not isinstance(batch_acks, BatchAckSets):
+            batch_acks = BatchAckSets()  # a reader's: not persisted
+        self.batch_acks: BatchAckSets = batch_acks
         self.delayed = DelayedDeliveryTracker(topic.max_delayed_tracked)
         self._dispatch_scheduled = False
         self._delay_timer: asyncio.TimerHandle | None = None
@@ -197,9 +203,12 @@ class Subscription:
 
     def ack_individual(self, consumer: Consumer, entry_ids: list[int]) -> None:
         self.cursor.ack(entry_ids)
+        batch_acks = self.batch_acks
         for entry_id in entry_ids:
             self._unpend(entry_id)
             self.redelivery_counts.discard(entry_id)
+            if batch_acks:
+                batch_acks.discard(entry_id)
             self.replay.discard(entry_id)
             self.delayed.discard(entry_id)
         self.messages_acked += len(entry_ids)
@@ -210,6 +219,8 @@ class Subscription:
         for pending_id in [e for e in self.pending if e <= entry_id]:
             self._unpend(pending_id)
         self.redelivery_counts.discard_through(entry_id)
+        if self.batch_acks:
+            self.batch_acks.discard_through(entry_id)
         self.replay = {e for e in self.replay if e > entry_id}
         if self.read_position <= entry_id:
             self.read_position = entry_id + 1
@@ -253,6 +264,7 @@ class Subscription:
         self.replay.clear()
         self.delayed.clear()
         self.redelivery_counts.clear()
+        self.batch_acks.clear()
         self.cursor.reset(entry_id - 1)
         self.read_position = entry_id
         self.schedule_dispatch()

@@ -3,12 +3,25 @@
 * :class:`BatchAcker` tracks which messages of one batched entry are acked; the
   entry is acked to the broker only when all of them are.
 * :class:`AckGroupingTracker` collects acks so that the consumer sends one ACK
-  frame every ~100 ms (or as soon as many are pending) instead of one per message.
+  frame every ~100 ms (or as soon as many are pending) instead of one per message;
+  with batch-index acks (PIP-54) it also carries, per partly acked entry, the
+  ``ack_set`` of the messages still unacked (the latest one: it only shrinks).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 Position = tuple[int, int]  # (ledger id, entry id)
+
+
+def bits_from_words(words: Iterable[int]) -> int:
+    """An ``ack_set`` (a Java BitSet's int64 words, least significant first) as a
+    bitmask: bit ``i`` set while message ``i`` of the batch is unacked."""
+    bits = 0
+    for shift, word in enumerate(words):
+        bits |= (word & 0xFFFFFFFFFFFFFFFF) << (shift * 64)
+    return bits
 
 
 class BatchAcker:
@@ -32,6 +45,11 @@ class BatchAcker:
 
     def is_acked(self, index: int) -> bool:
         return not (self._unacked >> index) & 1
+
+    def keep_only(self, unacked: int) -> None:
+        """The broker says only ``unacked`` (a bitmask) of the batch is unacked (the
+        ``ack_set`` of a redelivered batch): the others count as acked here too."""
+        self._unacked &= unacked
 
     @property
     def none_acked(self) -> bool:
@@ -60,18 +78,29 @@ class BatchAcker:
 class AckGroupingTracker:
     """Pending individual acks (entry positions, in order) and the latest cumulative ack."""
 
-    __slots__ = ("_individual", "_last_cumulative", "_pending_cumulative", "max_size")
+    __slots__ = ("_individual", "_last_cumulative", "_partial", "_pending_cumulative",
+                 "max_size")
 
     def __init__(self, max_size: int = 1000) -> None:
         self.max_size = max_size
         self._individual: dict[Position, None] = {}
+        self._partial: dict[Position, list[int]] = {}  # entry -> ack_set still unacked
         self._pending_cumulative: Position | None = None
         self._last_cumulative: Position | None = None
 
     def add(self, position: Position) -> bool:
         """Queue an individual ack; True when enough are pending to flush at once."""
         self._individual[position] = None
-        return len(self._individual) >= self.max_size
+        if self._partial:
+            self._partial.pop(position, None)  # the whole entry now
+        return len(self._individual) + len(self._partial) >= self.max_size
+
+    def add_partial(self, position: Position, ack_set: list[int]) -> bool:
+        """Queue a batch-index ack: of the entry, only ``ack_set`` is still unacked."""
+        if self.is_duplicate(position):
+            return False
+        self._partial[position] = ack_set
+        return len(self._individual) + len(self._partial) >= self.max_size
 
     def add_cumulative(self, position: Position) -> bool:
         if self._last_cumulative is None or position > self._last_cumulative:
@@ -80,6 +109,8 @@ class AckGroupingTracker:
             if self._individual:
                 # Individual acks covered by the cumulative one need not be sent.
                 self._individual = {p: None for p in self._individual if p > position}
+            if self._partial:
+                self._partial = {p: s for p, s in self._partial.items() if p > position}
         return False
 
     def is_duplicate(self, position: Position) -> bool:
@@ -90,10 +121,12 @@ class AckGroupingTracker:
 
     @property
     def pending(self) -> bool:
-        return bool(self._individual) or self._pending_cumulative is not None
+        return (bool(self._individual) or bool(self._partial)
+                or self._pending_cumulative is not None)
 
     def __len__(self) -> int:
-        return len(self._individual) + (self._pending_cumulative is not None)
+        return (len(self._individual) + len(self._partial)
+                + (self._pending_cumulative is not None))
 
     def take(self) -> tuple[list[Position], Position | None]:
         """Everything pending, emptying the tracker."""
@@ -101,6 +134,12 @@ class AckGroupingTracker:
         self._individual.clear()
         cumulative, self._pending_cumulative = self._pending_cumulative, None
         return individual, cumulative
+
+    def take_partial(self) -> list[tuple[Position, list[int]]]:
+        """The pending batch-index acks, emptying them."""
+        partial = list(self._partial.items())
+        self._partial.clear()
+        return partial
 
     def restore(self, individual: list[Position], cumulative: Position | None) -> None:
         """Put back acks that could not be sent (no connection)."""
@@ -116,3 +155,4 @@ class AckGroupingTracker:
         self._last_cumulative = None
         self._pending_cumulative = None
         self._individual.clear()
+        self._partial.clear()

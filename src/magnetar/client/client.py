@@ -195,6 +195,7 @@ class Client:
         pattern_auto_discovery_period: float = 60.0,
         clock: Clock | None = None,
         payload_processor: PayloadProcessor | None = None,
+        batch_index_ack_enabled: bool = False,
     ) -> Consumer:
         """Subscribe to a topic, a list of topics, or a compiled regular expression.
 
@@ -217,6 +218,13 @@ class Client:
         A PIP-96 ``payload_processor`` turns each received entry into messages (see
         :mod:`magnetar.client.payload_processor`); without one, entries are read in
         Pulsar's format.
+
+        With ``batch_index_ack_enabled`` (as the official client's option) an ack of
+        some messages of a batch is sent to the broker (grouped as other acks are)
+        with the ``ack_set`` of those left (PIP-54): a broker with batch-index acks on
+        keeps it, so after a reconnect or redelivery only the unacked messages come
+        again. Without it the batch is acked when all of its messages are, and until
+        then comes again whole.
         """
         self._check_open()
         if dead_letter_policy is not None and ack_timeout is None:
@@ -244,6 +252,7 @@ class Client:
             ack_group_max_size=ack_group_max_size,
             clock=clock,
             payload_processor=payload_processor,
+            batch_index_ack_enabled=batch_index_ack_enabled,
         )
         kwargs: dict[str, Any] = {"message_listener": message_listener}
         if isinstance(topic, re.Pattern):

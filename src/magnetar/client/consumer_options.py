@@ -192,6 +192,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "read_compacted": _boolean,
     "ack_group_time": _number,
     "ack_group_max_size": _integer,
+    "batch_index_ack_enabled": _boolean,
     "pattern_auto_discovery_period": _number,
 }
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from google.protobuf.message import DecodeError
 
 from magnetar.client.ack_timeout import AckTimeoutTracker
-from magnetar.client.acks import AckGroupingTracker, BatchAcker, Position
+from magnetar.client.acks import AckGroupingTracker, BatchAcker, Position, bits_from_words
 from magnetar.client.backoff import Clock, RedeliveryBackoff
 from magnetar.client.connection import Connection
 from magnetar.client.dead_letter import DeadLetterCandidates, DeadLetterPolicy, send_dead_letters
@@ -87,6 +87,7 @@ class ConsumerConfig:
     ack_group_max_size: int = 1000
     start_message_id_inclusive: bool = False
     replicate_subscription_state: bool = False
+    batch_index_ack_enabled: bool = False  # PIP-54: ack part of a batch at the broker
     clock: Clock | None = None
     payload_processor: PayloadProcessor | None = None  # PIP-96; None: Pulsar's format
 
@@ -352,10 +353,17 @@ class TopicConsumer(ConnectionHandler):
         if acker is None or acker.size != n:
             acker = BatchAcker(n)
             self._batch_ackers[position] = acker
-        ack_set = list(cmd.ack_set)
+        ack_set = cmd.ack_set
+        broker_acked = 0  # messages of a partly acked batch the broker did not send
+        if ack_set:
+            # They count as acked here too, so acking the others acks the entry; the
+            # broker charged our permits only for the others.
+            unacked = bits_from_words(ack_set) & ((1 << n) - 1)
+            broker_acked = n - unacked.bit_count()
+            acker.keep_only(unacked)
         skip_prior = check_start and start is not None and start.entry_id == entry
         # Usually every message of the entry is wanted: then skip the per-message tests.
-        filtering = bool(ack_set) or skip_prior or not acker.none_acked
+        filtering = skip_prior or not acker.none_acked
         inclusive = self._start_inclusive
         producer_name = metadata.producer_name
         shared = (metadata.publish_time, metadata.schema_version or None, metadata.sequence_id)
@@ -366,7 +374,7 @@ class TopicConsumer(ConnectionHandler):
         skipped = 0
         for index, (single, payload) in enumerate(items):
             if filtering and (
-                acker.is_acked(index) or (ack_set and not _bit(ack_set, index)) or (
+                acker.is_acked(index) or (
                     skip_prior and start is not None
                     and _prior(index, start.batch_index, inclusive)
                 )
@@ -376,7 +384,8 @@ class TopicConsumer(ConnectionHandler):
             put(received(payload, position, index, topic, redelivery_count, self, acker,
                          producer_name, shared, single))
         if skipped:
-            self._credit(skipped)
+            if skipped > broker_acked:
+                self._credit(skipped - broker_acked)
             if skipped == n and acker.complete:
                 self._batch_ackers.pop(position, None)
         return out
@@ -438,7 +447,11 @@ class TopicConsumer(ConnectionHandler):
             acker = acker or self._batch_ackers.get(position)
             if acker is not None:
                 if not acker.ack(batch_index):
-                    return  # the entry is acked when all of its messages are
+                    # The entry is acked when all of its messages are; with batch-index
+                    # acks the broker learns which are left meanwhile.
+                    if self.conf.batch_index_ack_enabled:
+                        self._queue_ack(position, acker.ack_set())
+                    return
                 if self._batch_ackers.get(position) is acker:
                     del self._batch_ackers[position]
         if self._nacked:
@@ -447,9 +460,12 @@ class TopicConsumer(ConnectionHandler):
             self._dead_letters.discard(position)
         self._queue_ack(position)
 
-    def _queue_ack(self, position: Position) -> None:
-        """Queue the entry's ack; it leaves with the group (or at once, when due)."""
-        if self._acks.add(position) or self.conf.ack_group_time <= 0:
+    def _queue_ack(self, position: Position, ack_set: list[int] | None = None) -> None:
+        """Queue the entry's ack (with ``ack_set``: of part of its batch); it leaves with
+        the group (or at once, when due)."""
+        full = (self._acks.add(position) if ack_set is None
+                else self._acks.add_partial(position, ack_set))
+        if full or self.conf.ack_group_time <= 0:
             self._flush_acks()
         elif self._ack_timer is None:
             self._ack_timer = self._loop.call_later(self.conf.ack_group_time, self._flush_acks)
@@ -464,7 +480,10 @@ class TopicConsumer(ConnectionHandler):
         if message_id.batch_index >= 0:
             acker = acker or self._batch_ackers.get(position)
             if acker is not None and not acker.ack_cumulative(message_id.batch_index):
-                # Part of the batch is still unacked: everything before this entry is done.
+                # Part of the batch is still unacked: everything before this entry is
+                # done, and with batch-index acks the part of it up to the message.
+                if self.conf.batch_index_ack_enabled:
+                    self._queue_ack(position, acker.ack_set())
                 if entry <= 0:
                     return
                 position = (ledger, entry - 1)
@@ -560,8 +579,9 @@ class TopicConsumer(ConnectionHandler):
         if conn is None or conn.closed:
             return  # sent after the reconnect
         individual, cumulative = self._acks.take()
+        partial = self._acks.take_partial()
         frames = []
-        if individual:
+        if individual or partial:
             cmd = BaseCommand(type=T.ACK)
             ack = cmd.ack
             ack.consumer_id = self.consumer_id
@@ -569,6 +589,9 @@ class TopicConsumer(ConnectionHandler):
             add = ack.message_id.add
             for ledger, entry in individual:
                 add(ledgerId=ledger & 0xFFFFFFFFFFFFFFFF, entryId=entry & 0xFFFFFFFFFFFFFFFF)
+            for (ledger, entry), ack_set in partial:
+                add(ledgerId=ledger & 0xFFFFFFFFFFFFFFFF, entryId=entry & 0xFFFFFFFFFFFFFFFF,
+                    ack_set=ack_set)
             frames.append(encode_command(cmd))
         if cumulative is not None:
             cmd = BaseCommand(type=T.ACK)
@@ -858,18 +881,18 @@ class TopicConsumer(ConnectionHandler):
         self._flush_acks()
 
 
-def _bit(words: list[int], index: int) -> bool:
-    word = index >> 6
-    return word < len(words) and bool((words[word] >> (index & 63)) & 1)
-
-
 def _message_count(raw: RawEntry) -> int:
-    """How many messages a received entry holds (its batch size; 1 if unreadable)."""
+    """How many messages of a received entry the broker charged to our permits (its
+    batch size, or what its ``ack_set`` leaves; 1 if unreadable)."""
     try:
         metadata = _parse_metadata(split_entry(raw.body)[0])
     except (ProtocolError, DecodeError):
         return 1
-    return metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
+    n = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
+    ack_set = raw.command.ack_set
+    if ack_set:
+        return (bits_from_words(ack_set) & ((1 << n) - 1)).bit_count()
+    return n
 
 
 def _nack_tracker(conf: ConsumerConfig, clock: Clock) -> NegativeAcksTracker:

@@ -17,6 +17,9 @@ The file also keeps the subscription's redelivery counts (``RedeliveryCounts``),
 a broker restart does not reset a poison message's count: at most a bounded number
 of them, the least recently counted dropped first.  Files written before they were
 kept have no ``redelivery_counts`` key and load with none.
+
+It keeps as well the messages still unacked of partly acked batches
+(``BatchAckSets``, PIP-54 batch-index acks); files without ``batch_acks`` load with none.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+from magnetar.storage.batch_ack_sets import BatchAckSets
 from magnetar.storage.errors import StorageCorruption
 from magnetar.storage.fsutil import atomic_write
 from magnetar.storage.ranges import RangeSet
@@ -157,11 +161,14 @@ class ManagedCursor:
         # The subscription counts redeliveries here (it shares this object), so that
         # they are written with the position; they change the version too.
         self.redelivery_counts = RedeliveryCounts()
+        # Partly acked batches: entry id -> its messages still unacked (shared with the
+        # subscription likewise).
+        self.batch_acks = BatchAckSets()
 
     @property
     def _current_version(self) -> int:
-        # Both parts only grow, so their sum grows with every change of either.
-        return self._version + self.redelivery_counts.version
+        # Every part only grows, so their sum grows with every change of any.
+        return self._version + self.redelivery_counts.version + self.batch_acks.version
 
     @property
     def dirty(self) -> bool:
@@ -222,11 +229,12 @@ class ManagedCursor:
         return self._acked.count
 
     def reset(self, mark_delete: int) -> None:
-        """Seek: set mark_delete (backwards too) and forget the individual acks and
-        the redelivery counts."""
+        """Seek: set mark_delete (backwards too) and forget the individual acks, the
+        redelivery counts and the partly acked batches."""
         self.mark_delete = max(mark_delete, -1)
         self._acked.clear()
         self.redelivery_counts.clear()
+        self.batch_acks.clear()
         self.dirty = True
 
     def set_properties(self, properties: dict[str, str]) -> None:
@@ -245,6 +253,7 @@ class ManagedCursor:
             # [id, count] pairs, least recently counted first so that a reload evicts
             # in the same order; the default bound's 10k encode in about 5 ms.
             "redelivery_counts": self.redelivery_counts.items(),
+            "batch_acks": self.batch_acks.to_json(),
         }
 
     def snapshot(self) -> CursorSnapshot:
@@ -299,6 +308,11 @@ class ManagedCursor:
                 # Counts of acknowledged entries are not needed any more.
                 if int(count) > 0 and not cursor.is_acked(int(entry_id)):
                     cursor.redelivery_counts._restore(int(entry_id), int(count))
+            cursor.batch_acks.restore(doc.get("batch_acks", []))
+            # Sets of entries acked as a whole are not needed any more.
+            for entry_id in [e for e in cursor.batch_acks if cursor.is_acked(e)]:
+                cursor.batch_acks.discard(entry_id)
+            cursor.batch_acks.version = 0
         except (ValueError, KeyError, TypeError) as exc:
             raise StorageCorruption(f"{path}: not a valid cursor file: {exc}") from exc
         return cursor

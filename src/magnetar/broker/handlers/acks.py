@@ -1,10 +1,14 @@
-"""ACK: individual and cumulative acknowledgements, and the PIP-371 reply an ack carries."""
+"""ACK: individual and cumulative acknowledgements, and the PIP-371 reply an ack carries.
+
+An ack of part of a batch (an ``ack_set``) is a batch-index ack, see batch_acks.py.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
+from magnetar.broker import batch_acks
 from magnetar.broker.rpc import ReplyRejected
 from magnetar.protocol.fastpath import encode_ack_response
 from magnetar.protocol.pb import BaseCommand, pb
@@ -50,6 +54,11 @@ def handle_ack(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
             sub.ack_cumulative(consumer, entry_ids[0])
     elif entry_ids:
         sub.ack_individual(consumer, entry_ids)
+    if batch_acks.enabled(cnx):
+        # After the whole-entry part: a cumulative ack acks up to the entry before.
+        partial = batch_acks.partial_acks(sub.topic, ack)
+        if partial:
+            batch_acks.apply_partial_acks(sub, consumer, partial)
     if ack.HasField("request_id"):
         ack_response(cnx, ack, None, None)
 
