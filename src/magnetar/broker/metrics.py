@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -144,14 +144,18 @@ def _topic_families(rows: list[_TopicRow]) -> Iterator[Metric]:
     yield from (epoch, fsyncs)
 
 
-class _Snapshot(Collector):
-    """Families computed in advance (a scrape's snapshot), handed to the registry."""
+class _SnapshotOrLive(Collector):
+    """During a scrape, the families its snapshot computed in advance (the worker
+    thread that renders must not read live broker state); otherwise computed live by
+    ``live``, so the registry's samples are current wherever it is read on the loop."""
 
-    def __init__(self) -> None:
-        self.families: list[Metric] = []
+    def __init__(self, live: Callable[[], Iterable[Metric]]) -> None:
+        self.live = live
+        self.families: list[Metric] | None = None
 
     def collect(self) -> Iterator[Metric]:
-        return iter(self.families)
+        families = self.families
+        return iter(families) if families is not None else iter(list(self.live()))
 
 
 class _BrokerCollector(Collector):
@@ -241,10 +245,10 @@ class BrokerMetrics:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
         self.registry = CollectorRegistry()
-        self._topic_snapshot = _Snapshot()
+        self._topic_snapshot = _SnapshotOrLive(self._live_topic_families)
         self.registry.register(self._topic_snapshot)
         self._broker = _BrokerCollector(service)
-        self._broker_snapshot = _Snapshot()
+        self._broker_snapshot = _SnapshotOrLive(self._broker.collect)
         self.registry.register(self._broker_snapshot)
         self.replies_held = Counter(
             "magnetar_rpc_replies_held",
@@ -265,11 +269,12 @@ class BrokerMetrics:
     def reply_dropped(self, reason: str) -> None:
         self.replies_dropped.labels(reason=reason).inc()
 
+    def _live_topic_families(self) -> Iterator[Metric]:
+        return _topic_families([_topic_row(t) for t in list(self.service.topics.values())])
+
     def render(self) -> bytes:
         """The exposition, all on the calling thread (tests and small brokers)."""
-        rows = [_topic_row(t) for t in list(self.service.topics.values())]
-        self._broker_snapshot.families = list(self._broker.collect())
-        return self._render_rows(rows)
+        return bytes(generate_latest(self.registry))
 
     async def render_async(self) -> bytes:
         """The exposition without a long event loop stall at thousands of topics: the
@@ -285,7 +290,10 @@ class BrokerMetrics:
             # The broker-wide figures are few; read on the loop, like the rows, since
             # the connections and caches they come from change under a worker thread.
             self._broker_snapshot.families = list(self._broker.collect())
-            return await asyncio.to_thread(self._render_rows, rows)
+            try:
+                return await asyncio.to_thread(self._render_rows, rows)
+            finally:
+                self._topic_snapshot.families = self._broker_snapshot.families = None
 
     def _render_rows(self, rows: list[_TopicRow]) -> bytes:
         self._topic_snapshot.families = list(_topic_families(rows))
