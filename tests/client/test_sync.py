@@ -145,3 +145,27 @@ def test_sync_request_handler_sees_the_request(broker: EmbeddedBroker, topic: st
         assert reply.value == b"HI"
         assert answered and answered[0][:2] == ("asker", "k1")
         assert answered[0][2] is not None
+
+
+def test_sync_send_entry_and_a_payload_processor(broker: EmbeddedBroker, topic: str) -> None:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from magnetar.client import KafkaPayloadProcessor
+
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    records = [(b"user-1", b"hello"), (None, b"no key")]
+    for delta, (key, value) in enumerate(records):
+        builder.append(delta, timestamp=1_700_000_000_000 + delta, key=key, value=value,
+                       headers=[])
+    entry = bytes(builder.build())
+    with Client(broker.service_url) as client:
+        consumer = client.subscribe(topic, "s", payload_processor=KafkaPayloadProcessor())
+        producer = client.create_producer(topic)
+        mid = producer.send_entry(entry, num_messages=2, properties={"entry.format": "kafka"})
+        assert isinstance(mid, MessageId)
+        first, second = consumer.receive(5), consumer.receive(5)
+        assert (first.key, first.value) == ("user-1", b"hello")
+        assert second.value == b"no key"
+        assert (first.message_id.batch_index, second.message_id.batch_index) == (0, 1)

@@ -137,6 +137,11 @@ class Producer:
         _call_back_when_done(future, callback, "send")
         return future
 
+    def send_entry(self, payload: _aproducer.Value, **options: Any) -> MessageId:
+        """PIP-96: send one entry as given (num_messages, properties, ... as for the
+        asyncio ``send_entry``) and wait for its receipt."""
+        return self._runner.run(self._producer.send_entry(payload, **options))
+
     def request(
         self, value: _aproducer.Value, *, timeout: float = 30.0, **options: Any
     ) -> ReplyResult:
