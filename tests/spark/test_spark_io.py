@@ -5,6 +5,7 @@ across micro-batches and restarts, batch and streaming writes."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -111,6 +112,19 @@ def test_partitioned_topic_one_spark_partition_per_topic_partition(
         assert values_of([r for r in rows if r["__topic"] == name]) == expected
 
 
+def test_topics_list_and_pattern(spark: Any, spark_broker: EmbeddedBroker) -> None:
+    prefix = f"spark-pat-{uuid.uuid4().hex[:6]}"
+    names = [f"persistent://public/default/{prefix}-{s}" for s in ("a", "b")]
+    produce(spark_broker, names[0], ["a0", "a1"])
+    produce(spark_broker, names[1], ["b0"])
+    produce(spark_broker, f"persistent://public/default/other-{prefix}", ["no"])
+    by_pattern = read(spark, spark_broker, topicsPattern=f"{prefix}-.*").collect()
+    by_list = read(spark, spark_broker, topics=",".join(names)).collect()
+    for rows in (by_pattern, by_list):
+        assert sorted((r["__topic"], bytes(r["value"]).decode()) for r in rows) == [
+            (names[0], "a0"), (names[0], "a1"), (names[1], "b0")]
+
+
 def test_offset_ranges_time_and_splits(spark: Any, spark_broker: EmbeddedBroker) -> None:
     topic = new_topic("ranges")
     values = [f"r{i}" for i in range(100)]
@@ -158,11 +172,14 @@ def test_ranges_across_ledgers(spark: Any, spark_broker: EmbeddedBroker) -> None
     assert values_of(middle) == (first + second)[50:71]
 
 
-def backlog(broker: EmbeddedBroker, topic: str, subscription: str) -> int:
+def subscriptions(broker: EmbeddedBroker, topic: str) -> dict[str, Any]:
     path = topic.replace("persistent://", "persistent/")
     with urllib.request.urlopen(f"{broker.admin_url}/admin/v2/{path}/stats", timeout=30) as r:
-        stats = json.load(r)
-    return int(stats["subscriptions"][subscription]["msgBacklog"])
+        return json.load(r)["subscriptions"]  # type: ignore[no-any-return]
+
+
+def backlog(broker: EmbeddedBroker, topic: str, subscription: str) -> int:
+    return int(subscriptions(broker, topic)[subscription]["msgBacklog"])
 
 
 def run_stream(spark: Any, options: dict[str, str], checkpoint: Path,
@@ -257,6 +274,12 @@ def test_streaming_write_round_trip(
              .trigger(availableNow=True).start())
     query.awaitTermination(300)
     assert query.lastProgress is not None
+    # The query's own durable subscription goes with it (Spark stops the source's
+    # planner process as the query ends, not before awaitTermination returns).
+    deadline = time.monotonic() + 60
+    while subscriptions(spark_broker, source) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not subscriptions(spark_broker, source)
     back = read(spark, spark_broker, topic=sink).collect()
     original = read(spark, spark_broker, topic=source).collect()
     columns = ("value", "__key", "__messageProperties", "__eventTime")

@@ -145,7 +145,7 @@ class SourceConfig:
     starting_time: int | dict[str, int] | None = None
     fail_on_data_loss: bool = True
     poll_timeout: float = 120.0
-    receiver_queue_size: int = 10_000
+    receiver_queue_size: int = 1000
     min_partitions: int | None = None
     max_entries_per_trigger: int | None = None
     subscription: str | None = None
@@ -172,7 +172,7 @@ class SourceConfig:
             starting_time = parse_topic_times(opts["startingtime"])
         per_trigger = _int(opts, "maxentriespertrigger", None)
         poll_ms = _int(opts, "polltimeoutms", 120_000)
-        queue = _int(opts, "pulsar.reader.receiverqueuesize", 10_000)
+        queue = _int(opts, "pulsar.reader.receiverqueuesize", 1000)
         rows = _int(opts, "rowsperbatch", 8192)
         assert poll_ms is not None and queue is not None and rows is not None
         min_parts = _int(opts, "minpartitions", None)

@@ -75,7 +75,7 @@ class RangeReader:
         self._reader = reader
         self._config = config
         self._part = part
-        self._rows = RowBuffer(part.topic)
+        self._rows = RowBuffer(part.topic, part.partition)
         self._done = False
         self._first = True
 
@@ -114,7 +114,7 @@ class RangeReader:
             if key > hi:
                 self._done = True
                 break
-            rows.add(msg, mid)
+            rows.add(msg, key, mid.batch_size)
             if key == hi or (key[:2] == hi[:2] and _ends_entry(mid)):
                 # hi may stand for its whole entry (an id without batch index, as the
                 # broker reports the last message of a batch of one).

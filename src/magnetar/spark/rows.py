@@ -26,7 +26,6 @@ from pyspark.sql.types import (
 )
 
 from magnetar.client.message import Message
-from magnetar.protocol.message_id import MessageId
 
 VALUE = "value"
 KEY = "__key"
@@ -63,6 +62,7 @@ def arrow_schema() -> pa.Schema:
 
 
 _U64 = (1 << 64) - 1
+_WHOLE_ENTRY = 2**31 - 1  # as magnetar.spark.positions.WHOLE_ENTRY
 
 
 def _varint(value: int) -> bytes:
@@ -74,81 +74,77 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-_SMALL = [_varint(i) for i in range(128)]
-
-
 class IdEncoder:
-    """``MessageId.serialize()`` for the messages of a range, without a protobuf object
-    per message: the bytes of (ledger, entry, partition) are made once per entry, and
-    the batch fields appended (same bytes as the protobuf encoding, field by field)."""
+    """``MessageId.serialize()`` for the messages of one topic partition, without a
+    protobuf object per message: the bytes of (ledger, entry, partition) are made once
+    per entry and the batch fields appended (the protobuf encoding, field by field)."""
 
-    def __init__(self) -> None:
-        self._entry: tuple[int, int, int] | None = None
+    def __init__(self, partition: int) -> None:
+        self._partition = b"\x18" + _varint(partition) if partition >= 0 else b""
+        self._entry: tuple[int, int] | None = None
         self._prefix = b""
+        self._suffixes: dict[tuple[int, int], bytes] = {}
 
-    def __call__(self, mid: MessageId) -> bytes:
-        entry = (mid.ledger_id, mid.entry_id, mid.partition)
-        if entry != self._entry:
-            self._entry = entry
-            ledger, entry_id = mid.ledger_id & _U64, mid.entry_id & _U64
-            prefix = b"\x08" + _varint(ledger) + b"\x10" + _varint(entry_id)
-            if mid.partition >= 0:
-                prefix += b"\x18" + _varint(mid.partition)
-            self._prefix = prefix
-        index, size = mid.batch_index, mid.batch_size
-        out = self._prefix
-        if index >= 0:
-            out += b"\x20" + (_SMALL[index] if index < 128 else _varint(index))
-        if size > 0:
-            out += b"\x30" + (_SMALL[size] if size < 128 else _varint(size))
-        return out
+    def __call__(self, ledger: int, entry: int, batch_index: int, batch_size: int) -> bytes:
+        if (ledger, entry) != self._entry:
+            self._entry = (ledger, entry)
+            self._prefix = (b"\x08" + _varint(ledger & _U64) + b"\x10" + _varint(entry & _U64)
+                            + self._partition)
+        if batch_index < 0 and batch_size <= 0:
+            return self._prefix
+        suffix = self._suffixes.get((batch_index, batch_size))
+        if suffix is None:
+            suffix = (b"\x20" + _varint(batch_index) if batch_index >= 0 else b"") + (
+                b"\x30" + _varint(batch_size) if batch_size > 0 else b"")
+            self._suffixes[(batch_index, batch_size)] = suffix
+        return self._prefix + suffix
+
+
+# What a reader keeps of a message until its batch is built: value, key, the key the
+# reader compared (ledger, entry, batch index or WHOLE_ENTRY), batch size, publish time,
+# event time, properties.
+PendingRow = tuple[bytes, str | None, tuple[int, int, int], int, int, int | None,
+                   dict[str, str]]
 
 
 class RowBuffer:
-    """Messages of one topic partition, gathered into columns for one record batch."""
+    """Messages of one topic partition, gathered for one record batch.
 
-    def __init__(self, topic: str) -> None:
+    A message costs one tuple here; the columns are built from them in :meth:`take`,
+    mostly by Arrow.
+    """
+
+    def __init__(self, topic: str, partition: int = -1) -> None:
         self.topic = topic
-        self._encode_id = IdEncoder()
-        self._clear()
-
-    def _clear(self) -> None:
-        self.values: list[bytes] = []
-        self.keys: list[bytes | None] = []
-        self.ids: list[bytes] = []
-        self.publish: list[int] = []
-        self.events: list[int | None] = []
-        self.props: list[list[tuple[str, str]]] = []
+        self._encode_id = IdEncoder(partition)
+        self.rows: list[PendingRow] = []
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.rows)
 
-    def add(self, msg: Message, mid: MessageId) -> None:
-        """Add ``msg`` (whose id is ``mid``)."""
-        key = msg.key
-        self.keys.append(None if key is None else key.encode())
-        self.values.append(msg.value)
-        self.ids.append(self._encode_id(mid))
-        self.publish.append(msg.publish_time * 1000)
-        event = msg.event_time
-        self.events.append(None if event is None else event * 1000)
-        props = msg.properties
-        self.props.append(list(props.items()) if props else [])
+    def add(self, msg: Message, key: tuple[int, int, int], batch_size: int) -> None:
+        """Add ``msg``, whose key (see :mod:`magnetar.spark.positions`) is ``key``."""
+        self.rows.append((msg.value, msg.key, key, batch_size, msg.publish_time,
+                          msg.event_time, msg.properties))
 
     def take(self) -> pa.RecordBatch:
         """The gathered rows as a record batch; the buffer starts afresh."""
         schema = arrow_schema()
-        n = len(self.values)
+        rows, self.rows = self.rows, []
+        values, keys, positions, sizes, publish, events, props = zip(*rows, strict=True)
+        encode = self._encode_id
+        ids = [encode(ledger, entry, -1 if index == _WHOLE_ENTRY else index, size)
+               for (ledger, entry, index), size in zip(positions, sizes, strict=True)]
+        stamp = schema.field(PUBLISH_TIME).type
         columns = [
-            pa.array(self.values, pa.binary()),
-            pa.array(self.keys, pa.binary()),
-            pa.array([self.topic] * n, pa.string()),
-            pa.array(self.ids, pa.binary()),
-            pa.array(self.publish, schema.field(PUBLISH_TIME).type),
-            pa.array(self.events, schema.field(EVENT_TIME).type),
-            pa.array(self.props, schema.field(PROPERTIES).type),
+            pa.array(values, pa.binary()),
+            pa.array(keys, pa.string()).cast(pa.binary()),
+            pa.array([self.topic] * len(rows), pa.string()),
+            pa.array(ids, pa.binary()),
+            pc.multiply(pa.array(publish, pa.int64()), 1000).cast(stamp),
+            pc.multiply(pa.array(events, pa.int64()), 1000).cast(stamp),
+            pa.array(props, schema.field(PROPERTIES).type),
         ]
-        self._clear()
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 

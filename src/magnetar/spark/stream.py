@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import threading
 import uuid
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
@@ -149,7 +152,26 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
 
         if self._session is None:
             self._session = self._loop.run(start())
+            self._stop_on_sigterm()
         return self._loop.run(work(self._session))
+
+    def _stop_on_sigterm(self) -> None:
+        """Spark ends this planner process with SIGTERM when the query stops, without
+        calling :meth:`stop` (PySpark 4.3): stop then, so that the query's own
+        subscription does not outlive it."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+            return  # somebody else's handler: leave it alone
+
+        def on_term(signum: int, frame: object) -> None:
+            try:
+                self.stop()
+            finally:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_term)
 
     def initialOffset(self) -> dict[str, Any]:
         async def initial(s: StreamSession) -> dict[str, Key]:
