@@ -231,12 +231,13 @@ async def test_first_enable_tracks_from_the_end_and_writes_its_start(log: Log) -
 
 async def test_state_survives_a_reopen_through_snapshot_and_replay(log: Log) -> None:
     log.dedup.apply(True)
-    for seq in range(12):  # snapshots after the 5th and 10th; 10 and 11 only replayed
+    for seq in range(12):  # snapshots due after the 5th and the 10th
         await log.publish("a", seq)
     await log.publish("b", 100, count=10)  # a batch of 100..109
-    await log.dedup.close()  # waits for the snapshot being written
+    await log.dedup.close()  # waits for the snapshot being written, starts no other
     snap = read_snapshot(log.dedup.path)
-    assert snap is not None and snap.position >= 9
+    # The one after the 5th entry, or a later one if that was written in time.
+    assert snap is not None and snap.position >= 4
     # Consistent with its position: what follows it is for the replay.
     assert snap.producers["a"] == min(snap.position, 11)
     assert ("b" in snap.producers) == (snap.position >= 12)
