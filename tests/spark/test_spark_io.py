@@ -136,6 +136,9 @@ def test_offset_ranges_time_and_splits(spark: Any, spark_broker: EmbeddedBroker)
                   startingOffsets=json.dumps({topic: id_to_json(ids[15])}),
                   endingOffsets=json.dumps({topic: id_to_json(ids[42])})).collect()
     assert values_of(ranged) == values[15:43]
+    with pytest.raises(Exception, match="which the query does not read"):
+        read(spark, spark_broker, topic=topic,
+             startingOffsets=json.dumps({f"{topic}-typo": id_to_json(ids[1])})).collect()
 
     # startingTime: from the first message published at or after that time.
     everything = read(spark, spark_broker, topic=topic).collect()

@@ -162,6 +162,8 @@ class Planner:
     async def start_keys(self, topics: list[str], last: dict[str, Key]) -> dict[str, Key]:
         """Per topic partition, the ``lo`` that ``startingOffsets``/``startingTime`` set."""
         config = self.config
+        if isinstance(config.starting, dict):
+            _check_named(config.starting, topics, "startingOffsets")
         out: dict[str, Key] = {}
         for topic in topics:
             times = config.starting_time
@@ -175,16 +177,18 @@ class Planner:
                 out[topic] = last[topic]
             else:
                 assert isinstance(config.starting, dict)
-                mid = _lookup(config.starting, topic)
+                mid = config.starting.get(topic)  # ids are per partition: no fallback
                 out[topic] = BEFORE_ALL if mid is None else key_before(mid)
         return out
 
     def end_keys(self, topics: list[str], last: dict[str, Key]) -> dict[str, Key]:
         """Per topic partition, the ``hi`` of a batch query (never past the last message)."""
         ending = self.config.ending
+        if isinstance(ending, dict):
+            _check_named(ending, topics, "endingOffsets")
         out: dict[str, Key] = {}
         for topic in topics:
-            mid = None if isinstance(ending, str) else _lookup(ending, topic)
+            mid = None if isinstance(ending, str) else ending.get(topic)
             if mid is None or mid.is_latest:
                 out[topic] = last[topic]
             else:
@@ -282,10 +286,19 @@ class Planner:
 
 
 def _lookup(table: Mapping[str, T], topic: str) -> T | None:
-    """A per-topic setting: by the partition's own name, else by its partitioned topic's."""
+    """A per-topic time: by the partition's own name, else by its partitioned topic's."""
     if topic in table:
         return table[topic]
     return table.get(complete_topic_name(partitioned_base(topic)))
+
+
+def _check_named(ids: Mapping[str, MessageId], topics: list[str], option: str) -> None:
+    unknown = sorted(set(ids) - set(topics))
+    if unknown:
+        raise ValueError(
+            f"{option} names {', '.join(unknown)}, which the query does not read "
+            "(message ids are per topic partition: name each partition)"
+        )
 
 
 def _estimate_entries(first: Key, hi: Key) -> int:
