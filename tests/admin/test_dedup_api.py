@@ -59,10 +59,20 @@ def pulsar_client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
     client.close()
 
 
+def ensure_namespace(broker: EmbeddedBroker, namespace: str) -> str:
+    """Create the tenant and the namespace, on a broker where they must exist (a
+    broker without those routes lets any namespace be used)."""
+    tenant = namespace.split("/")[0]
+    http(broker, "PUT", f"/admin/v2/tenants/{tenant}",
+         b'{"adminRoles": [], "allowedClusters": ["standalone"]}')
+    http(broker, "PUT", f"/admin/v2/namespaces/{namespace}")
+    return namespace
+
+
 @pytest.fixture
-def namespace() -> str:
+def namespace(broker: EmbeddedBroker) -> str:
     """A namespace of this test's own (the switch is per namespace)."""
-    return f"acme/ns-{uuid.uuid4().hex[:8]}"
+    return ensure_namespace(broker, f"acme/ns-{uuid.uuid4().hex[:8]}")
 
 
 def ns_path(namespace: str) -> str:
@@ -182,6 +192,8 @@ def test_namespace_off_under_a_broker_that_has_it_on(tmp_path: Path) -> None:
     with EmbeddedBroker(admin=True, data_dir=tmp_path, broker_deduplication_enabled=True) as b:
         client = pulsar.Client(b.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         try:
+            ensure_namespace(b, "acme/on")
+            ensure_namespace(b, "acme/off")
             assert deduplicates(client, "persistent://acme/on/t")
             assert http(b, "POST", ns_path("acme/off"), b"false").status == 204
             assert not deduplicates(client, "persistent://acme/off/t")
@@ -209,6 +221,7 @@ def test_the_namespace_file_is_shared_with_redelivery_backoff(
 def test_switches_survive_a_restart(tmp_path: Path) -> None:
     topic = "persistent://acme/keep/t"
     with EmbeddedBroker(admin=True, data_dir=tmp_path) as b:
+        ensure_namespace(b, "acme/keep")
         create_topic(b, topic)
         assert http(b, "POST", ns_path("acme/keep"), b"true").status == 204
         assert http(b, "POST", topic_path("persistent://acme/keep/t2"), b"false").status == 404
