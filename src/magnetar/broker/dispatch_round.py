@@ -33,6 +33,9 @@ DEFAULT_MAX_BYTES_PER_ROUND = 1024 * 1024
 # stall every other connection while one round walks them.
 MAX_SKIPPED_PER_ROUND = 5000
 MAX_KEY_SHARED_LOOKAHEAD = 10000
+# A consumer far behind the cache has its entries read on a worker thread, a run at a
+# time: the round's byte budget, and at least this much.
+READ_AHEAD_MIN_BYTES = 256 * 1024
 
 
 def dispatch_round(sub: Subscription) -> bool:
@@ -93,6 +96,9 @@ def dispatch_round(sub: Subscription) -> bool:
             position += 1
             skipped += 1
             continue
+        if ledger.is_cold(position) and _wait_for_read_ahead(sub, position, byte_budget):
+            sub.read_position = position
+            return False
         info = topic.entry_info(position)
         if honours_delay and info.deliver_at and info.deliver_at > now_ms:
             if not sub.delayed.add(position, info.deliver_at):
@@ -125,6 +131,16 @@ def dispatch_round(sub: Subscription) -> bool:
     if topic.terminated and position > last and not sub.replay:
         announce_end_of_topic(sub)
     return False
+
+
+def _wait_for_read_ahead(sub: Subscription, position: int, byte_budget: int) -> bool:
+    """The entry at ``position`` is on disk only: have a worker thread read the run
+    from it, and dispatch again once it is in (True); False: read it in place."""
+    loading = sub.topic.ledger.read_ahead(position, max(byte_budget, READ_AHEAD_MIN_BYTES))
+    if loading is None:
+        return False
+    loading.add_done_callback(lambda _: sub.schedule_dispatch())
+    return True
 
 
 def _byte_budget(sub: Subscription) -> int:

@@ -33,6 +33,7 @@ from magnetar.storage.cursor_store import CursorStore
 from magnetar.storage.errors import EntryNotFound, LedgerClosed, LedgerFailed, StorageError
 from magnetar.storage.fsutil import fdatasync
 from magnetar.storage.ledger_config import SYNC_POLICIES, LedgerConfig, LedgerStats
+from magnetar.storage.read_ahead import ReadAhead
 from magnetar.storage.recovery import recover_segments
 from magnetar.storage.segment import Segment
 from magnetar.storage.segment_files import SegmentFiles
@@ -131,6 +132,7 @@ class ManagedLedger:
         )
         self._executor = executor
         self._cursors = CursorStore(directory, directory / "cursors")
+        self._read_ahead = ReadAhead()
         self.cursors: dict[str, ManagedCursor] = self._cursors.cursors
         self._cursor_job: asyncio.Future[list[tuple[str, Exception]]] | None = None
 
@@ -240,7 +242,45 @@ class ManagedLedger:
         self._check_readable()
         if entry_id >= self._pipeline.write_next:
             raise EntryNotFound(entry_id)
+        ahead = self._read_ahead.get(entry_id)
+        if ahead is not None and entry_id >= self._segments.first_entry_id:
+            return ahead
         return self._segments.read(entry_id)
+
+    def is_cold(self, entry_id: int) -> bool:
+        """Whether reading ``entry_id`` now would wait for a sealed segment's file
+        (it is neither cached nor read ahead)."""
+        return self._segments.is_cold(entry_id) and not self._read_ahead.holds(entry_id)
+
+    def read_ahead(self, start: int, max_bytes: int) -> asyncio.Future[list[bytes]] | None:
+        """Read the cold run from ``start`` (up to ``max_bytes``) on a worker thread,
+        for ``read`` to find; the future resolves when it is there. The read in flight
+        is returned if there is one (whichever run it reads: wait, then look again).
+        None when ``start`` is not cold, or its last read-ahead failed: read in place."""
+        ahead = self._read_ahead
+        if ahead.loading is not None:
+            return ahead.loading
+        if ahead.failed_at(start):
+            return None
+        reader = self._segments.sealed_run_reader(start, max_bytes)
+        if reader is None:
+            return None
+        # The loop's default executor, not the fdatasyncs': a read never waits for a sync.
+        loading = asyncio.get_running_loop().run_in_executor(None, reader)
+        ahead.loading = loading
+
+        def arrived(done: asyncio.Future[list[bytes]]) -> None:
+            ahead.loading = None
+            if done.cancelled() or done.exception() is not None:
+                ahead.failed(start)
+                return
+            entries = done.result()
+            if self._pipeline.state is State.OPEN and start >= self.first_entry_id:
+                ahead.store(start, entries)
+                self.stats.cache_misses += len(entries)
+
+        loading.add_done_callback(arrived)
+        return loading
 
     def read_range(self, start: int, max_count: int,
                    max_bytes: int = DEFAULT_READ_MAX_BYTES) -> list[bytes]:
@@ -264,7 +304,9 @@ class ManagedLedger:
         oldest first, so a crash part-way leaves a gap that recovery recognises.
         """
         self._check_readable()
-        return self._segments.trim(before_entry_id)
+        removed = self._segments.trim(before_entry_id)
+        self._read_ahead.drop_before(self.first_entry_id)
+        return removed
 
     def trim_consumed(self) -> int:
         """Trim what every durable cursor has acknowledged; keep everything without cursors.
@@ -294,6 +336,7 @@ class ManagedLedger:
             return 0
         self._check_readable()
         removed, paths = self._segments.detach_before(min(marks) + 1)
+        self._read_ahead.drop_before(self.first_entry_id)
         if paths:
             await asyncio.to_thread(delete_segment_files, paths)
         return removed

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from bisect import bisect_right
+from collections.abc import Callable
 from pathlib import Path
 
 from magnetar.storage.cache import EntryCache
@@ -99,6 +100,30 @@ class SegmentSet:
             if entry_id <= last:
                 break  # the byte budget ran out inside this segment
         return out
+
+    def is_cold(self, entry_id: int) -> bool:
+        """Whether ``entry_id`` lies in a sealed segment below the cache (a read would
+        go to the disk)."""
+        return (entry_id < self._cache.first_id
+                and entry_id < self.segments[-1].first_entry_id
+                and entry_id >= self.first_entry_id)
+
+    def sealed_run_reader(self, start: int, max_bytes: int) -> Callable[[], list[bytes]] | None:
+        """A function that reads entries from ``start`` within its sealed segment and
+        below the cache, up to ``max_bytes`` (at least one), safe to call on a worker
+        thread (a sealed segment's records never change, and its reads go through the
+        store's locked descriptors); None when ``start`` is not cold."""
+        if not self.is_cold(start):
+            return None
+        segment = self.segment_for(start)
+        last = min(self._cache.first_id - 1, segment.last_entry_id)
+        first_index = start - segment.first_entry_id
+        last_index = last - segment.first_entry_id
+
+        def read() -> list[bytes]:
+            return segment.read_run(first_index, last_index, max_bytes, at_least_one=True)
+
+        return read
 
     def trim(self, before_entry_id: int) -> int:
         """Delete whole segments whose entries are all below ``before_entry_id``.
