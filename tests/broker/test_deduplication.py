@@ -448,3 +448,19 @@ def test_retention_does_not_trim_what_a_replay_needs(
         assert is_duplicate_receipt(early.send(b"e", sequence_id=29))
     finally:
         broker.close()
+
+
+async def test_magnetar_client_reports_a_dropped_duplicate_as_minus_one(
+    dedup_broker: EmbeddedBroker,
+) -> None:
+    topic = f"persistent://public/default/dup-id-{uuid.uuid4().hex[:10]}"
+    async with Client(dedup_broker.service_url, operation_timeout=10.0) as client:
+        producer = await client.create_producer(topic, producer_name="d")
+        first = await producer.send(b"a", sequence_id=5)
+        duplicate = await producer.send(b"a again", sequence_id=5)
+        assert (duplicate.ledger_id, duplicate.entry_id) == (-1, -1)
+        after = await producer.send(b"b", sequence_id=6)
+        assert (after.ledger_id, after.entry_id) > (first.ledger_id, first.entry_id)
+        consumer = await client.subscribe(topic, "s", initial_position="earliest")
+        got = [(await consumer.receive()).value for _ in range(2)]
+        assert got == [b"a", b"b"]

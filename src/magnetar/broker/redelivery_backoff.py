@@ -147,7 +147,10 @@ class BackoffPolicies:
     def set_namespace_policy(
         self, tenant: str, namespace: str, policy: RedeliveryBackoffPolicy | None
     ) -> None:
-        """Set (None: remove) the namespace's policy, persisted before it applies."""
+        """Set (None: remove) the namespace's policy, persisted before it applies. The
+        file is read afresh first: other policies (deduplication, schemas, ...) share it
+        and write it through their own routes, and their keys must survive this write."""
+        self.forget_namespace(tenant, namespace)
         current = self._namespace_file(tenant, namespace)
         policies = dict(current.policies)
         if policy is None:
@@ -157,6 +160,10 @@ class BackoffPolicies:
         updated = NamespacePolicies(current.path, policies)
         updated.save()  # a failed write changes nothing
         self._namespaces[f"{tenant}/{namespace}"] = updated
+
+    def forget_namespace(self, tenant: str, namespace: str) -> None:
+        """Drop the cached policies of a namespace (changed or deleted elsewhere)."""
+        self._namespaces.pop(f"{tenant}/{namespace}", None)
 
     # ------------------------------------------------------------ topics
 

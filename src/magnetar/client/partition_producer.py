@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from magnetar.client.client import Client
 
 log = logging.getLogger("magnetar.client.producer")
+_DUPLICATE_ID = (1 << 64) - 1  # a uint64 -1: the id of a receipt for a dropped duplicate
 T = BaseCommand.Type
 
 ACCESS_MODES = {
@@ -534,7 +535,12 @@ class PartitionProducer(ConnectionHandler):
         mid = receipt.message_id
         ledger = mid.ledgerId
         entry = mid.entryId
-        self._last_receipt = (ledger, entry)
+        if ledger == _DUPLICATE_ID and entry == _DUPLICATE_ID:
+            # A duplicate the broker's deduplication did not store: its id is -1:-1 on
+            # the wire (unsigned there), as the Java and C++ clients report it.
+            ledger = entry = -1
+        else:
+            self._last_receipt = (ledger, entry)
         partition = self.partition
         futures = op.futures
         n = len(futures)
