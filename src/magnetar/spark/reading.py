@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from magnetar.client import Client, Message, Reader
+from magnetar.client import Client, Reader
 from magnetar.client.errors import TimeoutError
 from magnetar.protocol.message_id import MessageId
 from magnetar.spark._loop import BackgroundLoop
@@ -78,6 +78,7 @@ class RangeReader:
         self._rows = RowBuffer(part.topic, part.partition)
         self._done = False
         self._first = True
+        self._waited = 0.0  # seconds spent waiting for messages the broker has
 
     @classmethod
     async def open(cls, config: SourceConfig, part: TopicRange) -> RangeReader:
@@ -97,15 +98,20 @@ class RangeReader:
         """Up to ``rowsPerBatch`` rows; ``None`` once the range is done."""
         lo, hi = self._part.lo, self._part.hi
         rows = self._rows
-        limit = self._config.rows_per_batch
-        while not self._done and len(rows) < limit:
-            msg = await self._next_message()
-            if msg is None:
-                self._done = True
-                break
+        read = self._reader.read_next
+        room = self._config.rows_per_batch
+        # The per-message loop of every read: kept flat (no call that can be avoided).
+        while room and not self._done:
+            try:
+                msg = await read(_RECHECK_SECONDS)
+            except TimeoutError:
+                self._done = await self._ends_early()
+                continue
+            if self._waited:
+                self._waited = 0.0  # pollTimeoutMs is per message
             mid = msg.message_id
-            key = (mid.ledger_id, mid.entry_id,
-                   mid.batch_index if mid.batch_index >= 0 else WHOLE_ENTRY)
+            index = mid.batch_index
+            key = (mid.ledger_id, mid.entry_id, index if index >= 0 else WHOLE_ENTRY)
             if self._first:
                 self._first = False
                 self._check_start(key)
@@ -115,11 +121,26 @@ class RangeReader:
                 self._done = True
                 break
             rows.add(msg, key, mid.batch_size)
+            room -= 1
             if key == hi or (key[:2] == hi[:2] and _ends_entry(mid)):
                 # hi may stand for its whole entry (an id without batch index, as the
                 # broker reports the last message of a batch of one).
                 self._done = True
         return rows.take() if len(rows) else None
+
+    async def _ends_early(self) -> bool:
+        """After a wait for a message: whether the topic ends before the range does (no
+        more messages at all), which is data loss. Fails past ``pollTimeoutMs``."""
+        if not await self._reader.has_message_available():
+            self._lost(f"{self._part.topic} ended before {self._part.hi} was read")
+            return True
+        self._waited += _RECHECK_SECONDS
+        if self._waited >= self._config.poll_timeout:
+            raise TimeoutError(
+                f"{self._part.topic}: no message within pollTimeoutMs "
+                f"({self._config.poll_timeout:.0f}s) although the broker has more"
+            )
+        return False
 
     def _check_start(self, key: Key) -> None:
         """Entries of a ledger are numbered without gaps: a first message further on in
@@ -128,23 +149,6 @@ class RangeReader:
         if lo != BEFORE_ALL and key[0] == lo[0] and key[1] > lo[1] + 1:
             self._lost(f"{self._part.topic}: the range starts after {lo} but the first "
                        f"message there is {key}")
-
-    async def _next_message(self) -> Message | None:
-        """The next message, or ``None`` if the topic ends before the range does."""
-        waited = 0.0
-        while True:
-            try:
-                return await self._reader.read_next(_RECHECK_SECONDS)
-            except TimeoutError:
-                waited += _RECHECK_SECONDS
-            if not await self._reader.has_message_available():
-                self._lost(f"{self._part.topic} ended before {self._part.hi} was read")
-                return None
-            if waited >= self._config.poll_timeout:
-                raise TimeoutError(
-                    f"{self._part.topic}: no message within pollTimeoutMs "
-                    f"({self._config.poll_timeout:.0f}s) although the broker has more"
-                )
 
     def _lost(self, what: str) -> None:
         if self._config.fail_on_data_loss:
