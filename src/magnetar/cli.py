@@ -1,5 +1,6 @@
 """The ``magnetar`` command: ``magnetar serve`` runs a broker until SIGTERM/SIGINT;
-``magnetar repair`` cuts a topic's log before a corrupt record."""
+``magnetar repair`` cuts a topic's log before a corrupt record; ``magnetar tokens``
+makes keys and tokens for token authentication."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from magnetar.broker.config import (
 from magnetar.logs import configure_logging
 from magnetar.server import Server
 from magnetar.storage.dir_lock import DataDirInUse
+from magnetar.tokens_cli import add_tokens_parser, run_tokens
 
 log = logging.getLogger("magnetar")
 
@@ -83,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
         "--data-dir", type=Path, default=Path("./data"), help="data directory (default: ./data)"
     )
     repair.add_argument("--dry-run", action="store_true", help="only say what would be cut")
+    add_tokens_parser(commands)
     return parser
 
 
@@ -142,6 +145,8 @@ def _run(coro: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "tokens":
+        return run_tokens(args)
     if args.command == "repair":
         return repair(args.topic, args.data_dir, args.dry_run)
     if args.command == "serve":

@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from magnetar.admin.auth_middleware import secure_admin
 from magnetar.admin.dedup_routes import add_dedup_routes
+from magnetar.admin.https import bind_socket, serve_https
 from magnetar.admin.policies import add_policy_routes
 from magnetar.admin.raw_entries import add_raw_entry_routes
 from magnetar.admin.schema_routes import add_schema_routes
+from magnetar.broker.config import listen_error
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
@@ -47,6 +50,7 @@ class AdminServer:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
         self.app = web.Application()
+        secure_admin(self.app, service)  # authentication first; the permission routes
         add_policy_routes(self.app, service)  # first: DELETE .../{topic} would match them
         add_dedup_routes(self.app, service)  # likewise
         add_raw_entry_routes(self.app, service)  # PIP-96 ingest
@@ -54,6 +58,8 @@ class AdminServer:
         self.runner: web.AppRunner | None = None
         self._sock: socket.socket | None = None
         self.port = 0
+        self._tls_sock: socket.socket | None = None  # admin_tls_port, with TLS on
+        self.tls_port = 0
         base = "/admin/v2/{domain}/{tenant}/{namespace}"
         self.app.add_routes(
             [
@@ -93,6 +99,15 @@ class AdminServer:
             raise
         self._sock = sock
         self.port = sock.getsockname()[1]
+        if self.service.tls_context is not None and config.admin_tls_port is not None:
+            try:
+                self._tls_sock = bind_socket(config.admin_host, config.admin_tls_port)
+            except OSError as exc:
+                await self.stop()
+                raise listen_error(
+                    "admin_tls_port", "admin_host", config.admin_host, config.admin_tls_port, exc
+                ) from None
+            self.tls_port = self._tls_sock.getsockname()[1]
 
     async def serve(self) -> None:
         """Serve on the port ``bind`` took (binding first if it has not)."""
@@ -105,6 +120,10 @@ class AdminServer:
         await site.start()
         self._sock = None  # the site's server closes it
         log.info("admin HTTP on http://%s:%d", self.service.config.admin_host, self.port)
+        if self._tls_sock is not None and self.service.tls_context is not None:
+            await serve_https(self.runner, self._tls_sock, self.service.tls_context)
+            self._tls_sock = None
+            log.info("admin HTTPS on https://%s:%d", self.service.config.admin_host, self.tls_port)
 
     async def start(self) -> None:
         await self.bind()
@@ -117,6 +136,9 @@ class AdminServer:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._tls_sock is not None:
+            self._tls_sock.close()
+            self._tls_sock = None
 
     @property
     def url(self) -> str:

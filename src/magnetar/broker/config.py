@@ -350,6 +350,115 @@ class BrokerConfig:
         default=32 * 1024 * 1024,
         metadata=_help("PIP-371: most bytes of reply bodies waiting at once"),
     )
+    authentication_enabled: bool = field(
+        default=False,
+        metadata=_help(
+            "clients must authenticate (CONNECT's auth data, the admin API's "
+            "Authorization header or a TLS client certificate), as Pulsar's "
+            "authenticationEnabled"
+        ),
+    )
+    authentication_providers: str = field(
+        default="",
+        metadata=_help(
+            "comma-separated authentication methods: token, basic, tls (Pulsar's "
+            "authenticationProviders); empty: each method whose setting is given "
+            "(token_secret_key/token_public_key, basic_auth_file, tls_trust_certs_file)"
+        ),
+    )
+    authentication_refresh_check_seconds: float = field(
+        default=60.0,
+        metadata=_help(
+            "seconds between checks of each connection's credentials: once a token has "
+            "expired the broker sends AUTH_CHALLENGE to clients that support refresh "
+            "(and closes the connection if no good answer comes by the next check), and "
+            "closes the others"
+        ),
+    )
+    authorization_enabled: bool = field(
+        default=False,
+        metadata=_help(
+            "roles need permissions (superuser_roles, or produce/consume granted on a "
+            "namespace or topic through the admin API); needs authentication_enabled"
+        ),
+    )
+    superuser_roles: str = field(
+        default="", metadata=_help("comma-separated roles that may do anything")
+    )
+    anonymous_user_role: str | None = field(
+        default=None,
+        metadata=_help(
+            "the role of a client that presents no credentials (with authentication on); "
+            "unset: such a client is refused"
+        ),
+    )
+    authenticate_metrics_endpoint: bool = field(
+        default=False,
+        metadata=_help(
+            "/metrics also needs credentials when authentication is on (as Pulsar's "
+            "authenticateMetricsEndpoint)"
+        ),
+    )
+    basic_auth_file: str | None = field(
+        default=None,
+        metadata=_help(
+            "htpasswd file of the basic method (apr1-MD5, bcrypt, SHA or crypt entries): a "
+            "path, file:///path or data:;base64,..."
+        ),
+    )
+    token_secret_key: str | None = field(
+        default=None,
+        metadata=_help(
+            "HMAC key that signs tokens (HS256): file:///path to the raw key, or "
+            "data:;base64,... (as Pulsar's tokenSecretKey)"
+        ),
+    )
+    token_public_key: str | None = field(
+        default=None,
+        metadata=_help(
+            "public key whose private key signs tokens (RS256/ES256...): file:///path "
+            "(DER or PEM) or data:;base64,... (as Pulsar's tokenPublicKey)"
+        ),
+    )
+    token_auth_claim: str = field(
+        default="sub", metadata=_help("the token claim that holds the role")
+    )
+    token_audience: str | None = field(
+        default=None,
+        metadata=_help("when set, a token's 'aud' claim must name it (this broker)"),
+    )
+    tls_port: int | None = field(
+        default=6651,
+        metadata=_help(
+            "pulsar+ssl:// port, served when tls_cert_file is set; 'off' disables"
+        ),
+    )
+    admin_tls_port: int | None = field(
+        default=None,
+        metadata=_help(
+            "admin HTTPS port (needs tls_cert_file and the admin server); default: none"
+        ),
+    )
+    tls_cert_file: str | None = field(
+        default=None, metadata=_help("the broker's TLS certificate chain (PEM)")
+    )
+    tls_key_file: str | None = field(
+        default=None, metadata=_help("the private key of tls_cert_file (PEM)")
+    )
+    tls_trust_certs_file: str | None = field(
+        default=None,
+        metadata=_help(
+            "CA certificates (PEM) that client certificates are checked against (the tls "
+            "method: the role is the certificate's CN)"
+        ),
+    )
+    tls_require_trusted_client_cert: bool = field(
+        default=False,
+        metadata=_help(
+            "a TLS client without a certificate signed by tls_trust_certs_file is refused "
+            "in the handshake (Pulsar's tlsRequireTrustedClientCertOnConnect)"
+        ),
+    )
     log_level: str = field(
         default="INFO", metadata=_help("DEBUG, INFO, WARNING, ERROR or CRITICAL")
     )
@@ -358,6 +467,14 @@ class BrokerConfig:
     @property
     def service_url(self) -> str:
         return f"pulsar://{self.advertised}"
+
+    @property
+    def service_url_tls(self) -> str | None:
+        """The pulsar+ssl:// address lookups give when TLS is served, else None."""
+        if not self.tls_cert_file or self.tls_port is None:
+            return None
+        host = self.advertised.rsplit(":", 1)[0]
+        return f"pulsar+ssl://{host}:{self.tls_port}"
 
     @property
     def advertised(self) -> str:
@@ -426,6 +543,7 @@ class BrokerConfig:
                 "delayed_delivery_max_tracked", self.delayed_delivery_max_tracked, "must be >= 1"
             )
         _check_redelivery_backoff(self)
+        _check_security(self)
         if self.max_redelivery_counts_per_subscription < 1:
             raise ConfigError(
                 "max_redelivery_counts_per_subscription",
@@ -457,6 +575,45 @@ class BrokerConfig:
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+_AUTH_METHODS = ("token", "basic", "tls")
+
+
+def csv_setting(text: str) -> list[str]:
+    """The items of a comma-separated setting, blanks dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _check_security(config: BrokerConfig) -> None:
+    for name in ("tls_port", "admin_tls_port"):
+        if getattr(config, name) is not None:
+            _check_port(name, getattr(config, name))
+    if config.authentication_refresh_check_seconds <= 0:
+        raise ConfigError(
+            "authentication_refresh_check_seconds",
+            config.authentication_refresh_check_seconds,
+            "must be a positive number of seconds",
+        )
+    for name in csv_setting(config.authentication_providers):
+        if name not in _AUTH_METHODS:
+            raise ConfigError(
+                "authentication_providers", config.authentication_providers,
+                f"unknown method {name!r} (token, basic or tls)",
+            )
+    if bool(config.tls_cert_file) != bool(config.tls_key_file):
+        missing = "tls_key_file" if config.tls_cert_file else "tls_cert_file"
+        raise ConfigError(missing, None, "TLS needs both tls_cert_file and tls_key_file")
+    if config.admin_tls_port is not None and not config.tls_cert_file:
+        raise ConfigError("admin_tls_port", config.admin_tls_port, "needs tls_cert_file")
+    if config.tls_require_trusted_client_cert and not config.tls_trust_certs_file:
+        raise ConfigError(
+            "tls_require_trusted_client_cert", True, "needs tls_trust_certs_file"
+        )
+    if config.authorization_enabled and not config.authentication_enabled:
+        raise ConfigError(
+            "authorization_enabled", True, "needs authentication_enabled (roles come from it)"
+        )
 
 
 def _check_redelivery_backoff(config: BrokerConfig) -> None:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from magnetar import __version__
+from magnetar.broker.auth.session import ConnectionAuth
 from magnetar.broker.client_quirks import understands_end_of_topic
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.handlers import acks, consumers, lookup, producers, schemas
@@ -88,6 +89,8 @@ class ServerCnx(asyncio.Protocol):
         self.client_version = ""
         self.supports_request_reply = False
         self.understands_end_of_topic = False
+        self.supports_auth_refresh = False
+        self.auth: ConnectionAuth | None = None  # with authentication on, from CONNECT
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self._out: list[bytes] = []
@@ -154,6 +157,8 @@ class ServerCnx(asyncio.Protocol):
             return
         self._admitted = False
         self.service.connection_limits.release(self._ip)
+        if self.auth is not None:
+            self.auth.stop()
         for timer in (self._keepalive, self._connect_timer, self._frame_timer):
             if timer is not None:
                 timer.cancel()
@@ -594,14 +599,38 @@ class ServerCnx(asyncio.Protocol):
 
     # ------------------------------------------------------------ handshake
 
+    @property
+    def role(self) -> str | None:
+        """The authenticated role (None while authentication is off)."""
+        return self.auth.role if self.auth is not None else None
+
     def handle_connect(self, command: BaseCommand, frame: Frame) -> None:
-        if self.connected:
+        if self.connected or self.auth is not None:
             raise CommandError(pb.NotAllowedError, "CONNECT sent twice on one connection")
         connect = command.connect
-        self.connected = True
         if self._connect_timer is not None:
             self._connect_timer.cancel()
             self._connect_timer = None
+        authentication = self.service.authentication
+        if authentication is not None:
+            # Commands before CONNECTED are refused while the credentials are checked.
+            self.supports_auth_refresh = connect.feature_flags.supports_auth_refresh
+            self.auth = ConnectionAuth(
+                self, authentication, self.service.config.authentication_refresh_check_seconds
+            )
+            self.auth.start(connect, lambda: self._complete_connect(connect))
+            return
+        self._complete_connect(connect)
+
+    def handle_auth_response(self, command: BaseCommand, frame: Frame) -> None:
+        if self.auth is None:
+            raise CommandError(pb.NotAllowedError, "AUTH_RESPONSE without authentication")
+        self.auth.handle_response(command.authResponse)
+
+    def _complete_connect(self, connect: pb.CommandConnect) -> None:
+        if not self.alive:
+            return
+        self.connected = True
         self.client_version = connect.client_version
         self.protocol_version = min(connect.protocol_version, MAX_PROTOCOL_VERSION)
         self.supports_request_reply = connect.feature_flags.supports_request_reply
@@ -701,4 +730,5 @@ _HANDLERS: dict[int, Handler] = {
     T.GET_SCHEMA: schemas.handle_get_schema,
     T.GET_OR_CREATE_SCHEMA: schemas.handle_get_or_create_schema,
     T.CONSUMER_STATS: consumers.handle_consumer_stats,
+    T.AUTH_RESPONSE: ServerCnx.handle_auth_response,
 }

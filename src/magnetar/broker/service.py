@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from magnetar.broker.auth import build_authentication, build_authorization, build_tls_context
 from magnetar.broker.config import BrokerConfig, ConfigError, listen_error, os_reason
 from magnetar.broker.connection import ServerCnx
 from magnetar.broker.dedup_policy import DedupPolicies, settings_from_config
@@ -73,6 +74,11 @@ class BrokerService:
         self._producer_seq = itertools.count()
         self._started_ms = self.clock_ms() % (1 << 40)
         self._server: asyncio.AbstractServer | None = None
+        # Security: None when off, and then the handlers check nothing.
+        self.authentication = build_authentication(config)
+        self.authorization = build_authorization(config, self._namespace_policies_written)
+        self.tls_context = build_tls_context(config)
+        self._tls_server: asyncio.AbstractServer | None = None
         self._timers: list[asyncio.Task[None]] = []
         self._stopping = False
         self._unloading: dict[str, asyncio.Future[None]] = {}
@@ -130,7 +136,11 @@ class BrokerService:
             self._server = await self._listen()
             if self.config.port == 0:
                 self.config.port = self._server.sockets[0].getsockname()[1]
+            await self._listen_tls()
         except BaseException:
+            if self._tls_server is not None:
+                self._tls_server.close()
+                self._tls_server = None
             if self._server is not None:
                 self._server.close()
                 await self._server.wait_closed()
@@ -151,6 +161,22 @@ class BrokerService:
             self.config.sync_policy,
         )
 
+    async def _listen_tls(self) -> None:
+        """The pulsar+ssl:// listener, when TLS is configured."""
+        port = self.config.tls_port
+        if self.tls_context is None or port is None:
+            return
+        try:
+            self._tls_server = await self.loop.create_server(
+                lambda: ServerCnx(self), self.config.host, port,
+                ssl=self.tls_context, reuse_address=True,
+            )
+        except OSError as exc:
+            raise listen_error("tls_port", "host", self.config.host, port, exc) from None
+        if port == 0:
+            self.config.tls_port = self._tls_server.sockets[0].getsockname()[1]
+        log.info("magnetar broker listening on %s (TLS)", self.config.service_url_tls)
+
     async def _listen(self) -> asyncio.Server:
         try:
             return await self.loop.create_server(
@@ -169,6 +195,8 @@ class BrokerService:
         self._stopping = True
         if self._server is not None:
             self._server.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
         for task in self._timers:
             task.cancel()
         self.stall_tracer.stop()
@@ -182,6 +210,8 @@ class BrokerService:
         self.topics.clear()
         if self._server is not None:
             await self._server.wait_closed()
+        if self._tls_server is not None:
+            await self._tls_server.wait_closed()
         self._dir_lock.release()  # last: the topics are flushed and closed
         log.info("magnetar broker stopped")
 

@@ -12,7 +12,12 @@ magnetar's PIP-371 request-reply extension.  ``magnetar.client.sync`` offers the
 same API with blocking calls.
 """
 
-from magnetar.client.auth import Authentication, AuthenticationToken
+from magnetar.client.auth import (
+    Authentication,
+    AuthenticationBasic,
+    AuthenticationTLS,
+    AuthenticationToken,
+)
 from magnetar.client.backoff import Backoff, MultiplierRedeliveryBackoff, RedeliveryBackoff
 from magnetar.client.client import Client
 from magnetar.client.consumer import Consumer
@@ -61,6 +66,8 @@ __all__ = [
     "LATEST",
     "AlreadyClosed",
     "Authentication",
+    "AuthenticationBasic",
+    "AuthenticationTLS",
     "AuthenticationToken",
     "Backoff",
     "BytesSchema",

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from magnetar.client.auth import Authentication
+from magnetar.client.auth import tls_context as tls_context_for
 from magnetar.client.backoff import Backoff, Clock, RedeliveryBackoff
 from magnetar.client.consumer import (
     INITIAL_POSITIONS,
@@ -61,6 +62,9 @@ class Client:
         max_lookup_redirects: int = 20,
         listener_name: str | None = None,
         tls_context: _ssl.SSLContext | None = None,
+        tls_trust_certs_file_path: str | None = None,
+        tls_validate_hostname: bool = False,
+        tls_allow_insecure_connection: bool = False,
     ) -> None:
         self.service_url = service_url
         self.operation_timeout = operation_timeout
@@ -69,6 +73,14 @@ class Client:
         self._keep_alive_interval = keep_alive_interval
         self._initial_backoff = initial_backoff
         self._max_backoff = max_backoff
+        if tls_context is None and service_url.startswith("pulsar+ssl://"):
+            # The official client's TLS options (an explicit tls_context wins).
+            tls_context = tls_context_for(
+                trust_certs_file=tls_trust_certs_file_path,
+                validate_hostname=tls_validate_hostname,
+                allow_insecure_connection=tls_allow_insecure_connection,
+                auth=auth,
+            )
         self._pool = ConnectionPool(
             auth=auth,
             connection_timeout=connection_timeout,

@@ -9,6 +9,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from magnetar.broker import batch_acks
+from magnetar.broker.auth import checks
+from magnetar.broker.auth.authorization import CONSUME
 from magnetar.broker.rpc import ReplyRejected
 from magnetar.protocol.fastpath import encode_ack_response
 from magnetar.protocol.pb import BaseCommand, pb
@@ -43,6 +45,10 @@ def handle_ack(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     if ack.HasField("reply_to_client"):
         # The reply goes out before the ack is applied, and only for a valid ack; a
         # refused reply leaves the request unacked, so it is delivered again.
+        refused = checks.refusal(cnx, sub.topic.topic_name, CONSUME, "reply")
+        if refused is not None:  # PIP-371: only from a role that may consume the topic
+            _refuse(cnx, ack, refused)
+            return
         try:
             cnx.service.replies.forward(consumer, ack, frame.body)
         except ReplyRejected as exc:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from magnetar.broker.auth import checks
+from magnetar.broker.auth.authorization import CONSUME
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.handlers.common import get_topic, topic_name
 from magnetar.broker.handlers.errors import CommandError
@@ -40,6 +42,7 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
     if not request.subscription:
         raise CommandError(pb.NotAllowedError, "subscription name is empty")
     name = topic_name(request.topic)
+    checks.require(cnx, name, CONSUME)  # before the topic is created for it
     too_long = too_long_for_a_file(request.subscription)
     if too_long:
         raise CommandError(pb.NotAllowedError, f"subscription name {too_long}")
@@ -189,6 +192,7 @@ def write_close_consumer(cnx: ServerCnx, consumer_id: int) -> None:
 def handle_seek(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     request = command.seek
     consumer = open_consumer(cnx, request.consumer_id)
+    checks.require(cnx, consumer.subscription.topic.topic_name, CONSUME, "seek")
     sub = consumer.subscription
     topic = sub.topic
     if request.HasField("message_id"):
@@ -220,6 +224,7 @@ def handle_seek(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
 def handle_get_last_message_id(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     request = command.getLastMessageId
     consumer = open_consumer(cnx, request.consumer_id)
+    checks.require(cnx, consumer.subscription.topic.topic_name, CONSUME, "get the last message id")
     topic = consumer.subscription.topic
     last = topic.last_message_id()
     mark_delete = consumer.subscription.cursor.mark_delete

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from magnetar.broker.auth.checks import lookup_refusal
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import BaseCommand, pb
 
@@ -17,6 +18,13 @@ T = BaseCommand.Type
 def handle_lookup(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     lookup = command.lookupTopic
     response = pb.CommandLookupTopicResponse(request_id=lookup.request_id)
+    refused = lookup_refusal(cnx, lookup.topic, "Lookup")
+    if refused is not None:
+        response.response = pb.CommandLookupTopicResponse.Failed
+        response.error = pb.AuthorizationError
+        response.message = refused
+        cnx.write_command(BaseCommand(type=T.LOOKUP_RESPONSE, lookupTopicResponse=response))
+        return
     try:
         TopicName.parse(lookup.topic)
     except InvalidTopicName as exc:
@@ -27,12 +35,24 @@ def handle_lookup(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
         response.response = pb.CommandLookupTopicResponse.Connect
         response.brokerServiceUrl = cnx.service.config.service_url
         response.authoritative = True
+        tls_url = cnx.service.config.service_url_tls
+        if tls_url and not response.brokerServiceUrlTls:
+            response.brokerServiceUrlTls = tls_url
     cnx.write_command(BaseCommand(type=T.LOOKUP_RESPONSE, lookupTopicResponse=response))
 
 
 def handle_partitioned_metadata(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     request = command.partitionMetadata
     response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
+    refused = lookup_refusal(cnx, request.topic, "Get Partition Metadata")
+    if refused is not None:
+        response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+        response.error = pb.AuthorizationError
+        response.message = refused
+        cnx.write_command(
+            BaseCommand(type=T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=response)
+        )
+        return
     try:
         name = TopicName.parse(request.topic)
     except InvalidTopicName as exc:

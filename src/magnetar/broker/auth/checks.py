@@ -1,0 +1,49 @@
+"""The authorization checks the command handlers make, with Pulsar's words. Each
+returns at once when authorization is off (the service holds no AuthorizationService),
+and none is on a per-message path: PRODUCER, SUBSCRIBE, LOOKUP, PARTITIONED_METADATA,
+SEEK, GET_LAST_MESSAGE_ID, and the acks that carry a PIP-371 reply.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from magnetar.broker.auth.authorization import CONSUME, PRODUCE
+from magnetar.broker.handlers.errors import CommandError
+from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol.pb import pb
+
+if TYPE_CHECKING:
+    from magnetar.broker.connection import ServerCnx
+
+_WHAT = {PRODUCE: "Publish", CONSUME: "subscribe"}
+
+
+def refusal(cnx: ServerCnx, topic: TopicName, action: str, what: str = "") -> str | None:
+    """Why ``cnx``'s role may not do ``action`` on ``topic`` (None: it may)."""
+    authorization = cnx.service.authorization
+    if authorization is None or authorization.allowed(cnx.role, topic, action):
+        return None
+    return f"Client is not authorized to {what or _WHAT[action]} (role {cnx.role!r} on {topic})"
+
+
+def require(cnx: ServerCnx, topic: TopicName, action: str, what: str = "") -> None:
+    """CommandError AuthorizationError unless ``cnx``'s role may do ``action``."""
+    why = refusal(cnx, topic, action, what)
+    if why is not None:
+        raise CommandError(pb.AuthorizationError, why)
+
+
+def lookup_refusal(cnx: ServerCnx, topic: str, what: str) -> str | None:
+    """Why a lookup of ``topic`` is refused: the role may neither produce nor consume
+    (as Pulsar's canLookup). An invalid name is left to the lookup to answer."""
+    authorization = cnx.service.authorization
+    if authorization is None:
+        return None
+    try:
+        name = TopicName.parse(topic)
+    except InvalidTopicName:
+        return None
+    if authorization.can_lookup(cnx.role, name):
+        return None
+    return f"Client is not authorized to {what} (role {cnx.role!r} on {name})"
