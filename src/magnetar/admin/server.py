@@ -14,6 +14,7 @@ from magnetar.admin.dedup_routes import add_dedup_routes
 from magnetar.admin.https import bind_socket, serve_https
 from magnetar.admin.policies import add_policy_routes
 from magnetar.admin.raw_entries import add_raw_entry_routes
+from magnetar.admin.retention_routes import add_retention_routes
 from magnetar.admin.schema_routes import add_schema_routes
 from magnetar.broker.config import listen_error
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
@@ -53,6 +54,7 @@ class AdminServer:
         secure_admin(self.app, service)  # authentication first; the permission routes
         add_policy_routes(self.app, service)  # first: DELETE .../{topic} would match them
         add_dedup_routes(self.app, service)  # likewise
+        add_retention_routes(self.app, service)  # retention, TTL, backlog quotas; likewise
         add_raw_entry_routes(self.app, service)  # PIP-96 ingest
         add_schema_routes(self.app, service)  # schemas and their compatibility policies
         self.runner: web.AppRunner | None = None
@@ -168,7 +170,9 @@ class AdminServer:
         topic = self.service.find_topic(name)
         if topic is None:
             raise web.HTTPNotFound(reason=f"topic {name} not found")
-        return web.json_response(topic.stats_dict())
+        stats = topic.stats_dict()
+        self.service.topic_policies.add_stats(topic, stats)  # backlogSize, expiries, quotas
+        return web.json_response(stats)
 
     async def get_partitions(self, request: web.Request) -> web.Response:
         name = _topic(request)

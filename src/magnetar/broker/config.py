@@ -337,6 +337,78 @@ class BrokerConfig:
     retention_check_interval: float = field(
         default=10.0, metadata=_help("seconds between removals of consumed segments")
     )
+    default_retention_time_in_minutes: int = field(
+        default=0,
+        metadata=_help(
+            "minutes a topic keeps messages past their consumption: acknowledged by every "
+            "durable subscription, or any message of a topic without one (Pulsar's "
+            "defaultRetentionTimeInMinutes); whole sealed segments go once older than "
+            "this or the topic is over default_retention_size_in_mb. 0 with size 0: kept "
+            "until consumed; -1: no time limit. Namespaces and topics may set their own "
+            "(admin API)"
+        ),
+    )
+    default_retention_size_in_mb: int = field(
+        default=0,
+        metadata=_help(
+            "megabytes of a topic (all its segments) retention keeps (Pulsar's "
+            "defaultRetentionSizeInMB); -1: no size limit; see "
+            "default_retention_time_in_minutes"
+        ),
+    )
+    ttl_duration_default_in_seconds: int = field(
+        default=0,
+        metadata=_help(
+            "messages unacknowledged this long are acknowledged on every subscription "
+            "(Pulsar's ttlDurationDefaultInSeconds), checked every "
+            "message_expiry_check_interval_in_seconds; 0: never. Namespaces and topics "
+            "may set their own (admin API)"
+        ),
+    )
+    message_expiry_check_interval_in_seconds: float = field(
+        default=300.0,
+        metadata=_help(
+            "seconds between message TTL checks (Pulsar's "
+            "messageExpiryCheckIntervalInMinutes, 5 minutes)"
+        ),
+    )
+    backlog_quota_check_enabled: bool = field(
+        default=True,
+        metadata=_help("enforce backlog quotas (Pulsar's backlogQuotaCheckEnabled)"),
+    )
+    backlog_quota_check_interval_in_seconds: float = field(
+        default=60.0,
+        metadata=_help(
+            "seconds between backlog quota checks; a producer is also checked when it "
+            "attaches (Pulsar's backlogQuotaCheckIntervalInSeconds)"
+        ),
+    )
+    backlog_quota_default_limit_bytes: int = field(
+        default=-1,
+        metadata=_help(
+            "bytes of backlog (from the slowest durable subscription to the end) a topic "
+            "may have (Pulsar's backlogQuotaDefaultLimitBytes); -1: no limit. Namespaces "
+            "and topics may set their own (admin API)"
+        ),
+    )
+    backlog_quota_default_limit_second: int = field(
+        default=-1,
+        metadata=_help(
+            "seconds the oldest unacknowledged message of a topic may wait (Pulsar's "
+            "backlogQuotaDefaultLimitSecond); -1: no limit"
+        ),
+    )
+    backlog_quota_default_retention_policy: str = field(
+        default="producer_request_hold",
+        metadata=_help(
+            "what happens past a backlog quota (Pulsar's "
+            "backlogQuotaDefaultRetentionPolicy): 'producer_request_hold' (producers "
+            "are detached and refused with ProducerBlockedQuotaExceededError, so their "
+            "clients hold the sends until the backlog shrinks), 'producer_exception' "
+            "(likewise, refused with ProducerBlockedQuotaExceededException: their sends "
+            "fail) or 'consumer_backlog_eviction' (the slowest subscriptions skip ahead)"
+        ),
+    )
     max_unacked_per_consumer: int = field(
         default=50000, metadata=_help("messages a consumer may hold unacknowledged")
     )
@@ -543,6 +615,7 @@ class BrokerConfig:
                 "delayed_delivery_max_tracked", self.delayed_delivery_max_tracked, "must be >= 1"
             )
         _check_redelivery_backoff(self)
+        _check_retention_defaults(self)
         _check_security(self)
         if self.max_redelivery_counts_per_subscription < 1:
             raise ConfigError(
@@ -632,6 +705,33 @@ def _check_redelivery_backoff(config: BrokerConfig) -> None:
         raise ConfigError(
             "redelivery_backoff_multiplier", config.redelivery_backoff_multiplier, "must be >= 1"
         )
+
+
+def _check_retention_defaults(config: BrokerConfig) -> None:
+    for name in ("message_expiry_check_interval_in_seconds",
+                 "backlog_quota_check_interval_in_seconds"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(name, getattr(config, name), "must be a positive number of seconds")
+    for name in ("default_retention_time_in_minutes", "default_retention_size_in_mb",
+                 "backlog_quota_default_limit_bytes", "backlog_quota_default_limit_second"):
+        if getattr(config, name) < -1:
+            raise ConfigError(name, getattr(config, name), "must be >= -1 (-1: no limit)")
+    time_zero = config.default_retention_time_in_minutes == 0
+    if time_zero != (config.default_retention_size_in_mb == 0):
+        raise ConfigError(
+            "default_retention_size_in_mb", config.default_retention_size_in_mb,
+            "a single retention limit of 0 with the other not 0 is refused, as Pulsar "
+            "refuses such a policy: use -1 to ignore one limit, 0 for both to keep nothing",
+        )
+    if config.ttl_duration_default_in_seconds < 0:
+        raise ConfigError(
+            "ttl_duration_default_in_seconds", config.ttl_duration_default_in_seconds,
+            "must be >= 0 (0: off)",
+        )
+    _check_choice(
+        "backlog_quota_default_retention_policy", config.backlog_quota_default_retention_policy,
+        ("producer_request_hold", "producer_exception", "consumer_backlog_eviction"),
+    )
 
 
 def _check_port(name: str, port: int) -> None:

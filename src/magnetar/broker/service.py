@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import itertools
 import logging
 import shutil
@@ -20,10 +21,12 @@ from magnetar.broker.limits import ConnectionLimits, PublishBuffer
 from magnetar.broker.loop_lag import LoopLagProbe
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.redelivery_backoff import BackoffPolicies, RedeliveryBackoffPolicy
+from magnetar.broker.retention_policies import RetentionPolicyStore
 from magnetar.broker.rpc import ReplyRouter
 from magnetar.broker.stall_tracer import StallTracer
 from magnetar.broker.topic import Topic, TopicUnavailable
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.broker.topic_policies import PolicyEnforcer
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 from magnetar.storage import CorruptLedger, LedgerConfig, ManagedLedger, Store, TopicMetadata
@@ -71,6 +74,11 @@ class BrokerService:
             config.data_dir,
             on_namespace_written=self._namespace_policies_written,
         )
+        # Retention, message TTL and backlog quotas (broker/topic_policies.py).
+        self.retention_policies = RetentionPolicyStore(
+            config, config.data_dir, on_namespace_written=self._namespace_policies_written
+        )
+        self.topic_policies = PolicyEnforcer(self.retention_policies, config, clock)
         self._producer_seq = itertools.count()
         self._started_ms = self.clock_ms() % (1 << 40)
         self._server: asyncio.AbstractServer | None = None
@@ -151,6 +159,11 @@ class BrokerService:
         self._timers.append(self.loop.create_task(self._retention()))
         self._timers.append(self.loop.create_task(self._idle_unloader()))
         self._timers.append(self.loop.create_task(self._dedup_monitor()))
+        loaded = self.topics.values
+        self._timers.append(self.loop.create_task(self.topic_policies.expiry_monitor(loaded)))
+        self._timers.append(
+            self.loop.create_task(self.topic_policies.backlog_quota_monitor(loaded))
+        )
         self._timers.append(self.loop.create_task(self.loop_lag.run()))
         if self.loop_lag.enabled:
             self.stall_tracer.start()
@@ -308,11 +321,17 @@ class BrokerService:
             await asyncio.sleep(self.config.retention_check_interval)
             for topic in list(self.topics.values()):
                 try:
-                    # A trim must not take entries a dedup replay would need.
-                    marks = [cursor.mark_delete for cursor in topic.ledger.cursors.values()]
-                    if marks and topic.dedup.enabled:
-                        await topic.dedup.snapshot_now(min(marks))
-                    removed = await topic.ledger.trim_consumed_async()
+                    # What the retention policy lets go (topic_policies.py); a trim
+                    # must not take entries a dedup replay would need.
+                    ledger = topic.ledger
+                    marks = [cursor.mark_delete for cursor in ledger.cursors.values()]
+                    consumed = min(marks) + 1 if marks else ledger.next_entry_id
+                    bound = self.topic_policies.retention_bound(topic, consumed)
+                    if bound > ledger.first_entry_id and topic.dedup.enabled:
+                        await topic.dedup.snapshot_now(bound - 1)
+                    removed = await ledger.trim_consumed_async(
+                        functools.partial(self.topic_policies.retention_bound, topic)
+                    )
                     if removed:
                         log.info("retention removed %d entries of %s", removed, topic.name)
                 except Exception:

@@ -26,6 +26,7 @@ import shutil
 from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
+from typing import NamedTuple
 
 from magnetar.storage.cache import CacheBudget, EntryCache
 from magnetar.storage.cursor import CursorSnapshot, ManagedCursor
@@ -55,6 +56,15 @@ __all__ = [
 ]
 
 logger = logging.getLogger("magnetar.storage")
+
+
+class SegmentSpan(NamedTuple):
+    """A sealed segment as retention sees it: entries ``first``..``end`` - 1."""
+
+    first: int
+    end: int
+    size: int  # bytes, record headers included
+    path: Path
 
 
 def _fdatasync(fd: int) -> None:
@@ -206,6 +216,27 @@ class ManagedLedger:
         """Bytes in segment files (record headers included)."""
         return self._segments.size_bytes
 
+    def size_from(self, entry_id: int) -> int:
+        """Bytes of the records written from ``entry_id`` to the end of the log
+        (headers included; trimmed ids count from the first stored entry): a
+        subscription's backlog size, as Pulsar's estimate of it."""
+        total = 0
+        for segment in reversed(self._segments.segments):
+            if segment.first_entry_id <= entry_id:
+                index = entry_id - segment.first_entry_id
+                if index < len(segment.offsets):
+                    total += segment.size - segment.offsets[index]
+                return total
+            total += segment.size
+        return total
+
+    def sealed_segments(self) -> list[SegmentSpan]:
+        """The segments no longer written to, oldest first (what a trim may remove)."""
+        return [
+            SegmentSpan(segment.first_entry_id, segment.end_entry_id, segment.size, segment.path)
+            for segment in self._segments.segments[:-1]
+        ]
+
     # ---------------------------------------------------------------- write path
 
     def append(self, data: bytes, on_durable: Callable[[int], None] | None = None) -> int:
@@ -320,11 +351,16 @@ class ManagedLedger:
             return 0
         return self.trim(min(marks) + 1)
 
-    async def trim_consumed_async(self) -> int:
+    async def trim_consumed_async(self, retained: Callable[[int], int] | None = None) -> int:
         """``trim_consumed`` for a periodic task on the loop: a ledger with only its
         active segment (most of them) costs nothing, dirty cursors are written on a
         worker thread first (so the marks' own flush finds almost nothing to write),
-        and the trimmed files are deleted on a worker thread."""
+        and the trimmed files are deleted on a worker thread.
+
+        ``retained(consumed_end)``, if given, is a retention policy: called with the id
+        every durable cursor has consumed up to (exclusive; the end of the log when
+        there are no cursors, as Pulsar trims a topic without subscriptions), it gives
+        the id below which segments may go (at most ``consumed_end``)."""
         if len(self._segments.segments) <= 1:
             return 0
         if self.has_dirty_cursors():
@@ -332,10 +368,13 @@ class ManagedLedger:
         if self._pipeline.state is not State.OPEN:
             return 0  # closed (unloaded) meanwhile
         marks = self._cursors.durable_marks()
-        if not marks:
+        if not marks and retained is None:
             return 0
         self._check_readable()
-        removed, paths = self._segments.detach_before(min(marks) + 1)
+        before = min(marks) + 1 if marks else self._pipeline.next_id
+        if retained is not None:
+            before = min(before, retained(before))
+        removed, paths = self._segments.detach_before(before)
         self._read_ahead.drop_before(self.first_entry_id)
         if paths:
             await asyncio.to_thread(delete_segment_files, paths)

@@ -52,6 +52,9 @@ def handle_producer(
         raise CommandError(pb.TopicTerminatedError, f"topic {topic.name} is terminated")
     if topic.failure:
         raise CommandError(pb.PersistenceError, topic.failure)
+    refusal = cnx.service.topic_policies.producer_refusal(topic)  # over a backlog quota
+    if refusal is not None:
+        raise CommandError(*refusal)
     if request.HasField("producer_name") and request.producer_name:
         producer_name = request.producer_name
         if topic.access.name_in_use(producer_name):
