@@ -47,7 +47,7 @@ def handle_ack(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
         # refused reply leaves the request unacked, so it is delivered again.
         refused = checks.refusal(cnx, sub.topic.topic_name, CONSUME, "reply")
         if refused is not None:  # PIP-371: only from a role that may consume the topic
-            _refuse(cnx, ack, refused)
+            _refuse(cnx, ack, refused, pb.AuthorizationError)
             return
         try:
             cnx.service.replies.forward(consumer, ack, frame.body)
@@ -97,13 +97,15 @@ def _entries_to_ack(sub: Subscription, ack: pb.CommandAck) -> list[int]:
     ]
 
 
-def _refuse(cnx: ServerCnx, ack: pb.CommandAck, message: str) -> None:
+def _refuse(
+    cnx: ServerCnx, ack: pb.CommandAck, message: str, error: int = pb.NotAllowedError
+) -> None:
     """Answer on the ack's request id; an ack without one carried a reply (else it
     would not be answered at all, as Pulsar ignores bad fire-and-forget acks)."""
     if ack.HasField("request_id"):
-        ack_response(cnx, ack, pb.NotAllowedError, message)
+        ack_response(cnx, ack, error, message)
     elif ack.HasField("reply_to_client"):
-        cnx.write_error(0, pb.NotAllowedError, message)
+        cnx.write_error(0, error, message)
 
 
 def ack_response(
