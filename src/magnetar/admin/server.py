@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from magnetar.admin.auth_middleware import secure_admin
+from magnetar.admin.compaction_routes import add_compaction_routes
 from magnetar.admin.dedup_routes import add_dedup_routes
 from magnetar.admin.https import bind_socket, serve_https
 from magnetar.admin.policies import add_policy_routes
@@ -54,6 +55,7 @@ class AdminServer:
         secure_admin(self.app, service)  # authentication first; the permission routes
         add_policy_routes(self.app, service)  # first: DELETE .../{topic} would match them
         add_dedup_routes(self.app, service)  # likewise
+        add_compaction_routes(self.app, service)  # likewise
         add_retention_routes(self.app, service)  # retention, TTL, backlog quotas; likewise
         add_raw_entry_routes(self.app, service)  # PIP-96 ingest
         add_schema_routes(self.app, service)  # schemas and their compatibility policies

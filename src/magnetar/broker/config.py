@@ -334,6 +334,28 @@ class BrokerConfig:
             "a producer disconnected for this long is forgotten by deduplication"
         ),
     )
+    broker_service_compaction_threshold_in_bytes: int = field(
+        default=0,
+        metadata=_help(
+            "topic compaction starts by itself once the bytes a topic's compaction has "
+            "not read exceed this (Pulsar's brokerServiceCompactionThresholdInBytes); "
+            "namespaces and topics may override it with compactionThreshold; 0: off"
+        ),
+    )
+    broker_service_compaction_monitor_interval_in_seconds: float = field(
+        default=60.0,
+        metadata=_help(
+            "seconds between checks of the topics' backlogs against their compaction "
+            "threshold (Pulsar's brokerServiceCompactionMonitorIntervalInSeconds)"
+        ),
+    )
+    topic_compaction_retain_null_key: bool = field(
+        default=False,
+        metadata=_help(
+            "compaction keeps the messages that have no key (Pulsar's "
+            "topicCompactionRetainNullKey); off: they leave the compacted view"
+        ),
+    )
     retention_check_interval: float = field(
         default=10.0, metadata=_help("seconds between removals of consumed segments")
     )
@@ -581,6 +603,7 @@ class BrokerConfig:
             "connection_liveness_check_timeout",
             "cursor_flush_interval",
             "retention_check_interval",
+            "broker_service_compaction_monitor_interval_in_seconds",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, getattr(self, name), "must be a positive number of seconds")
@@ -607,6 +630,7 @@ class BrokerConfig:
             "max_pending_publish_requests_per_connection",
             "max_message_publish_buffer_bytes",
             "dispatch_max_bytes_per_round",
+            "broker_service_compaction_threshold_in_bytes",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(name, getattr(self, name), "must be >= 0")

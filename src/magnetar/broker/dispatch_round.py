@@ -17,6 +17,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from magnetar.broker.batch_acks import unacked_part
+from magnetar.broker.compacted_dispatch import compacted_round
 from magnetar.broker.dispatchers import SubType
 from magnetar.protocol.pb import BaseCommand, pb
 
@@ -58,6 +59,12 @@ def dispatch_round(sub: Subscription) -> bool:
             sub.replay.add(entry_id)
     if sub.delayed.overflow_from is not None and sub.delayed.has_room:
         rescan_overflow(sub, now_ms)
+
+    compacted = ledger.compacted
+    if sub.read_compacted and compacted is not None:
+        more = compacted_round(sub, compacted, budget, byte_budget)
+        if more is not None:
+            return more
 
     if sub.replay:
         for entry_id in sorted(sub.replay):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from magnetar.broker.auth import build_authentication, build_authorization, build_tls_context
+from magnetar.broker.compaction_service import CompactionService
 from magnetar.broker.config import BrokerConfig, ConfigError, listen_error, os_reason
 from magnetar.broker.connection import ServerCnx
 from magnetar.broker.dedup_policy import DedupPolicies, settings_from_config
@@ -30,6 +31,7 @@ from magnetar.broker.topic_policies import PolicyEnforcer
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 from magnetar.storage import CorruptLedger, LedgerConfig, ManagedLedger, Store, TopicMetadata
+from magnetar.storage.compacted_ledger import open_in_force
 from magnetar.storage.dir_lock import DataDirLock
 from magnetar.storage.errors import StorageError
 from magnetar.storage.ledger_ids import LedgerIds, begin_ledger
@@ -79,6 +81,7 @@ class BrokerService:
             config, config.data_dir, on_namespace_written=self._namespace_policies_written
         )
         self.topic_policies = PolicyEnforcer(self.retention_policies, config, clock)
+        self.compaction = CompactionService(self)
         self._producer_seq = itertools.count()
         self._started_ms = self.clock_ms() % (1 << 40)
         self._server: asyncio.AbstractServer | None = None
@@ -164,6 +167,7 @@ class BrokerService:
         self._timers.append(
             self.loop.create_task(self.topic_policies.backlog_quota_monitor(loaded))
         )
+        self._timers.append(self.loop.create_task(self.compaction.monitor()))
         self._timers.append(self.loop.create_task(self.loop_lag.run()))
         if self.loop_lag.enabled:
             self.stall_tracer.start()
@@ -212,6 +216,7 @@ class BrokerService:
             self._tls_server.close()
         for task in self._timers:
             task.cancel()
+        self.compaction.shutdown()
         self.stall_tracer.stop()
         for cnx in list(self.connections):
             cnx.close()
@@ -464,9 +469,11 @@ class BrokerService:
             ledger = store.open_ledger(full)
             ledger.open_persisted_cursors()  # its subscriptions' files, off the loop too
             metadata = store.topic_metadata(full)
-            ledgers = begin_ledger(
-                metadata, ledger.next_entry_id, ledger.first_entry_id, self.clock_ms() // 1000
-            )
+            ledger.compacted = open_in_force(ledger.directory, metadata.compaction.get("file"))
+            first = ledger.first_entry_id
+            if ledger.compacted is not None and ledger.compacted.first_position is not None:
+                first = min(first, ledger.compacted.first_position)  # ids it serves
+            ledgers = begin_ledger(metadata, ledger.next_entry_id, first, self.clock_ms() // 1000)
             return ledger, metadata, ledgers
         except CorruptLedger as exc:
             log.error("cannot load topic %s: %s", full, exc)
@@ -509,6 +516,7 @@ class BrokerService:
         topic.redelivery_backoff_of = self.backoff_policies.effective
         topic.schemas.policy_root = self.config.data_dir  # namespace schema policies
         self.topics[full] = topic
+        self.compaction.topic_loaded(topic)
         topic.dedup.settings = self.dedup_settings
         try:
             self.apply_deduplication(topic)

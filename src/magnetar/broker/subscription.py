@@ -96,6 +96,8 @@ class Subscription:
         self._delay_due = 0
         self.failover = FailoverHandover(self)
         self.messages_acked = 0
+        # Its consumer reads the compacted view up to the horizon (compacted_dispatch.py).
+        self.read_compacted = False
 
     # ------------------------------------------------------------ consumers
 

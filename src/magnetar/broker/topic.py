@@ -281,6 +281,7 @@ class Topic:
         durable: bool,
         initial_position: int,
         start_message_id: pb.MessageIdData | None,
+        read_compacted: bool = False,
     ) -> Subscription:
         existing = self.subscriptions.get(name)
         if existing is not None:
@@ -289,9 +290,9 @@ class Topic:
             return existing
         ledger = self.ledger
         if start_message_id is not None and not durable:
-            mark_delete = self._start_mark_delete(start_message_id)
+            mark_delete = self._start_mark_delete(start_message_id, read_compacted)
         elif initial_position == pb.CommandSubscribe.Earliest:
-            mark_delete = ledger.first_entry_id - 1
+            mark_delete = self.earliest_entry_id(read_compacted) - 1
         else:
             mark_delete = self.last_visible_entry_id
         cursor: Cursor
@@ -304,17 +305,26 @@ class Topic:
         log.info("created subscription %s on %s (%s)", name, self.name, sub.type_name)
         return sub
 
-    def _start_mark_delete(self, start: pb.MessageIdData) -> int:
+    def earliest_entry_id(self, read_compacted: bool = False) -> int:
+        """The first entry a subscription can read; for one that reads compacted, the
+        compacted ledger may hold entries retention removed from the log."""
+        first = self.ledger.first_entry_id
+        compacted = self.ledger.compacted
+        if read_compacted and compacted is not None and compacted.first_position is not None:
+            return min(first, compacted.first_position)
+        return first
+
+    def _start_mark_delete(self, start: pb.MessageIdData, read_compacted: bool = False) -> int:
         mid = MessageId.from_pb(start)
-        ledger = self.ledger
+        earliest = self.earliest_entry_id(read_compacted)
         if mid.is_earliest or mid.ledger_id < 0:
-            return ledger.first_entry_id - 1
+            return earliest - 1
         if mid.is_latest:
             return self.last_visible_entry_id
         # Start at the entry itself, as Pulsar does: clients drop what lies before
         # their start id (the entry for an exclusive start, earlier batch indexes).
         entry_id = self.entry_id_of(mid.ledger_id, mid.entry_id) - 1
-        return max(min(entry_id, self.last_visible_entry_id), ledger.first_entry_id - 1)
+        return max(min(entry_id, self.last_visible_entry_id), earliest - 1)
 
     def remove_subscription(self, name: str) -> None:
         sub = self.subscriptions.pop(name, None)

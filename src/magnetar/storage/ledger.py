@@ -29,11 +29,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from magnetar.storage.cache import CacheBudget, EntryCache
+from magnetar.storage.compacted_ledger import CompactedLedger
 from magnetar.storage.cursor import CursorSnapshot, ManagedCursor
 from magnetar.storage.cursor_store import CursorStore
 from magnetar.storage.errors import EntryNotFound, LedgerClosed, LedgerFailed, StorageError
 from magnetar.storage.fsutil import fdatasync
 from magnetar.storage.ledger_config import SYNC_POLICIES, LedgerConfig, LedgerStats
+from magnetar.storage.log_snapshot import LogSnapshot
 from magnetar.storage.read_ahead import ReadAhead
 from magnetar.storage.recovery import recover_segments
 from magnetar.storage.segment import Segment
@@ -145,6 +147,9 @@ class ManagedLedger:
         self._read_ahead = ReadAhead()
         self.cursors: dict[str, ManagedCursor] = self._cursors.cursors
         self._cursor_job: asyncio.Future[list[tuple[str, Exception]]] | None = None
+        # Topic compaction's view of the log, when the topic was compacted (the broker
+        # opens it with the ledger and replaces it after each compaction).
+        self.compacted: CompactedLedger | None = None
 
     def __repr__(self) -> str:
         pipeline = self._pipeline
@@ -326,6 +331,13 @@ class ManagedLedger:
         stop = min(self._pipeline.confirmed_id, start + max_count - 1)
         return self._segments.read_range(start, stop, max_bytes)
 
+    def log_snapshot(self, first: int, last: int) -> LogSnapshot:
+        """Where the durable entries ``first..last`` lie on disk, for a worker thread
+        to read them by itself (see log_snapshot.py)."""
+        self._check_readable()
+        last = min(last, self._pipeline.confirmed_id)
+        return LogSnapshot.take(self._segments.segments, max(first, self.first_entry_id), last)
+
     # ---------------------------------------------------------------------- trim
 
     def trim(self, before_entry_id: int) -> int:
@@ -497,6 +509,8 @@ class ManagedLedger:
         # A closed ledger's entries leave the shared cache (the loop's thread, unless
         # the ledger never appended: then there is nothing to give back).
         self._cache.clear(self._pipeline.next_id)
+        if self.compacted is not None:
+            self.compacted.close()
         self._pipeline.close_files()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # also drops the flock

@@ -67,6 +67,9 @@ class TopicMetadata:
     # "redeliveryBackoff"); each is a JSON object the broker validates when it uses it.
     policies: dict[str, Any] = field(default_factory=dict)
     schemas: list[SchemaEntry] = field(default_factory=list)
+    # Topic compaction: the compacted ledger in force ("file" in compacted/, its
+    # "generation") and its "horizon" position (storage/compacted_ledger.py).
+    compaction: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> TopicMetadata:
@@ -86,6 +89,7 @@ class TopicMetadata:
                 properties={str(k): str(v) for k, v in doc.get("properties", {}).items()},
                 policies=_policies(doc.get("policies", {})),
                 schemas=[SchemaEntry.from_json(entry) for entry in doc.get("schemas", [])],
+                compaction=_policies(doc.get("compaction", {})),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StorageCorruption(f"{path}: not a valid topic metadata file: {exc}") from exc
@@ -102,6 +106,7 @@ class TopicMetadata:
             "properties": self.properties,
             "policies": self.policies,
             "schemas": [entry.to_json() for entry in self.schemas],
+            "compaction": self.compaction,
         }
 
     def save(self) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.broker.auth import checks
 from magnetar.broker.auth.authorization import CONSUME
+from magnetar.broker.compacted_dispatch import compacted_last_message_id
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.handlers.common import get_topic, topic_name
 from magnetar.broker.handlers.errors import CommandError
@@ -54,6 +55,8 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
             topic.schemas.admit_consumer(request.schema, _active(topic))
         except IncompatibleSchema as exc:
             raise CommandError(pb.IncompatibleSchema, str(exc)) from None
+    if request.read_compacted:
+        _check_read_compacted(topic, request.subType)
     start = request.start_message_id if request.HasField("start_message_id") else None
     try:
         sub = topic.subscription(
@@ -62,6 +65,7 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
             request.durable,
             request.initialPosition,
             start,
+            request.read_compacted,
         )
     except SubscriptionError as exc:
         raise CommandError(exc.error, str(exc)) from None
@@ -79,6 +83,7 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
     )
     try:
         sub.add_consumer(consumer)
+        sub.read_compacted = request.read_compacted
     except SubscriptionError as exc:
         topic.maybe_drop_reader(sub)
         raise CommandError(exc.error, str(exc)) from None
@@ -94,6 +99,16 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
     )
     cnx.write_success(request.request_id)
     sub.notify_consumer_active(consumer)
+
+
+def _check_read_compacted(topic: Topic, sub_type: int) -> None:
+    """Pulsar's rules for ``read_compacted`` (its words, too)."""
+    if not topic.topic_name.persistent:
+        raise CommandError(pb.NotAllowedError, "readCompacted only valid on persistent topics")
+    if sub_type not in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover):
+        raise CommandError(
+            pb.NotAllowedError, "readCompacted only allowed on failover or exclusive subscriptions"
+        )
 
 
 def _active(topic: Topic) -> bool:
@@ -198,7 +213,7 @@ def handle_seek(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     if request.HasField("message_id"):
         mid = MessageId.from_pb(request.message_id)
         if mid.is_earliest:
-            target = topic.ledger.first_entry_id
+            target = topic.earliest_entry_id(sub.read_compacted)
         elif mid.is_latest:
             target = topic.last_visible_entry_id + 1
         else:
@@ -227,6 +242,8 @@ def handle_get_last_message_id(cnx: ServerCnx, command: BaseCommand, frame: Fram
     checks.require(cnx, consumer.subscription.topic.topic_name, CONSUME, "get the last message id")
     topic = consumer.subscription.topic
     last = topic.last_message_id()
+    if consumer.subscription.read_compacted:
+        last = compacted_last_message_id(topic) or last
     mark_delete = consumer.subscription.cursor.mark_delete
     cnx.write_command(
         BaseCommand(
