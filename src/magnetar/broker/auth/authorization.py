@@ -142,6 +142,10 @@ class AuthorizationService:
         self._update(topic.tenant, topic.namespace, change)
         return True
 
+    def forget_namespace(self, tenant: str, namespace: str) -> None:
+        """The namespace was deleted (its policies file with it): drop what is cached."""
+        self._cache.pop(f"{tenant}/{namespace}", None)
+
     # ------------------------------------------------------------ storage
 
     def _path(self, tenant: str, namespace: str) -> Path:
