@@ -15,7 +15,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from magnetar.broker.config import BrokerConfig, ConfigError, load_config
+from magnetar.broker.config import MINUS_ONE_IS_NO_LIMIT, BrokerConfig, ConfigError, load_config
 from magnetar.broker.service import BrokerService
 from magnetar.storage.dir_lock import DataDirLock
 from magnetar.testing.embedded import free_port, wait_until_listening
@@ -162,8 +162,9 @@ def test_every_number_setting_refuses_a_negative_value() -> None:
     numbers = [f.name for f in fields(BrokerConfig) if str(f.type) in ("int", "float")]
     assert "port" in numbers and "sync_interval" in numbers
     for name in numbers:
+        value = "-2" if name in MINUS_ONE_IS_NO_LIMIT else "-1"  # -1 is Pulsar's "no limit"
         with pytest.raises(ConfigError) as refused:
-            load_config(None, env={f"MAGNETAR_{name.upper()}": "-1"})
+            load_config(None, env={f"MAGNETAR_{name.upper()}": value})
         assert refused.value.setting == name
 
 

@@ -6,6 +6,7 @@ are set through the admin REST API; the checks run every fraction of a second he
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.error
@@ -18,6 +19,8 @@ from typing import Any
 import pulsar
 import pytest
 
+from magnetar.client import Client
+from magnetar.client.errors import ProducerBlockedQuotaExceeded
 from magnetar.testing import EmbeddedBroker
 
 from .helpers import drain, receive_n
@@ -341,5 +344,13 @@ def test_quota_refusals_come_at_once_with_the_official_client_error(
                  {"limitSize": 1000, "policy": policy})
             with pytest.raises(error):
                 client.create_producer(topic)
+            asyncio.run(magnetar_producer_refused(broker.service_url, topic))
         rest(broker, "DELETE", topic_path(topic) + "/backlogQuota")
         client.create_producer(topic).send(b"fine again")
+
+
+async def magnetar_producer_refused(url: str, topic: str) -> None:
+    """magnetar's own client is refused at once too (one error class for both codes)."""
+    async with Client(url, operation_timeout=10) as client:
+        with pytest.raises(ProducerBlockedQuotaExceeded):
+            await client.create_producer(topic)

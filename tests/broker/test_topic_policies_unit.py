@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -233,13 +234,14 @@ def test_config_defaults_are_pulsars_and_bad_values_are_refused(tmp_path: Path) 
     assert store.default_retention == Retention(0, 0)
     assert store.default_ttl == 0
     assert store.default_quota == BacklogQuota(-1, -1, "producer_request_hold")
-    for setting, value in (
+    bad: tuple[tuple[str, Any], ...] = (
         ("default_retention_size_in_mb", -2),
         ("default_retention_time_in_minutes", 5),  # with size 0
         ("ttl_duration_default_in_seconds", -1),
         ("backlog_quota_default_retention_policy", "drop"),
         ("backlog_quota_check_interval_in_seconds", 0),
-    ):
+    )
+    for setting, value in bad:
         with pytest.raises(ConfigError) as caught:
             BrokerConfig(data_dir=tmp_path, **{setting: value}).validate()
         assert caught.value.setting in (setting, "default_retention_size_in_mb")

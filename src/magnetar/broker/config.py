@@ -731,13 +731,21 @@ def _check_redelivery_backoff(config: BrokerConfig) -> None:
         )
 
 
+# Settings where -1 means "no limit", as in Pulsar; below it they are refused.
+MINUS_ONE_IS_NO_LIMIT = (
+    "default_retention_time_in_minutes",
+    "default_retention_size_in_mb",
+    "backlog_quota_default_limit_bytes",
+    "backlog_quota_default_limit_second",
+)
+
+
 def _check_retention_defaults(config: BrokerConfig) -> None:
     for name in ("message_expiry_check_interval_in_seconds",
                  "backlog_quota_check_interval_in_seconds"):
         if getattr(config, name) <= 0:
             raise ConfigError(name, getattr(config, name), "must be a positive number of seconds")
-    for name in ("default_retention_time_in_minutes", "default_retention_size_in_mb",
-                 "backlog_quota_default_limit_bytes", "backlog_quota_default_limit_second"):
+    for name in MINUS_ONE_IS_NO_LIMIT:
         if getattr(config, name) < -1:
             raise ConfigError(name, getattr(config, name), "must be >= -1 (-1: no limit)")
     time_zero = config.default_retention_time_in_minutes == 0
