@@ -97,8 +97,13 @@ class CompactionResult:
     keys: int
 
 
-def parse_entry(entry: bytes) -> ParsedEntry:
-    """The messages of a stored entry (none for a server marker)."""
+def _no_pause() -> None:
+    pass
+
+
+def parse_entry(entry: bytes, pace: Callable[[], None] = _no_pause) -> ParsedEntry:
+    """The messages of a stored entry (none for a server marker); ``pace`` is called
+    between the steps of a big batch."""
     section = parse_payload(entry, verify_checksum=False)
     metadata = pb.MessageMetadata()
     metadata.MergeFromString(section.metadata)
@@ -107,18 +112,18 @@ def parse_entry(entry: bytes) -> ParsedEntry:
     if metadata.HasField("num_messages_in_batch") and not metadata.encryption_keys:
         try:
             raw = decompress(metadata.compression, section.payload, metadata.uncompressed_size)
+            pace()
             singles = split_batch(raw, metadata.num_messages_in_batch)
+            pace()
         except MalformedFrame:
             return ParsedEntry([], whole=True)  # Pulsar: "Whole batch will be included"
-        messages = [
-            Message(
-                i,
-                single.partition_key if single.HasField("partition_key") else None,
-                single.null_value or not payload,
-                single.compacted_out,
-            )
-            for i, (single, payload) in enumerate(singles)
-        ]
+        messages = []
+        for i, (single, payload) in enumerate(singles):
+            key = single.partition_key if single.HasField("partition_key") else None
+            messages.append(Message(i, key, single.null_value or not payload,
+                                    single.compacted_out))
+            if i & 127 == 127:
+                pace()
         return ParsedEntry(messages, metadata, singles)
     key = metadata.partition_key if metadata.HasField("partition_key") else None
     size = (metadata.uncompressed_size if metadata.HasField("uncompressed_size")
@@ -135,7 +140,7 @@ def phase_one(entries: Iterable[tuple[int, bytes]],
     for position, entry in entries:
         read += 1
         pace()
-        for message in parse_entry(entry).messages:
+        for message in parse_entry(entry, pace).messages:
             if message.key is None or message.compacted_out:
                 continue
             if message.tombstone:
@@ -146,10 +151,11 @@ def phase_one(entries: Iterable[tuple[int, bytes]],
 
 
 def kept_part(position: int, entry: bytes, latest: dict[str, MessageRef],
-              retain_null_key: bool) -> tuple[bytes, int | None] | None:
+              retain_null_key: bool,
+              pace: Callable[[], None] = _no_pause) -> tuple[bytes, int | None] | None:
     """Phase two for one entry: what the compacted ledger keeps of it (the entry, and
     the bits of the kept batch messages when not all of them are), or None."""
-    parsed = parse_entry(entry)
+    parsed = parse_entry(entry, pace)
     if parsed.whole:
         return entry, None
 
@@ -170,10 +176,11 @@ def kept_part(position: int, entry: bytes, latest: dict[str, MessageRef],
     if mask == live:
         # Nothing more to drop (a whole batch, or one compacted before): as it is.
         return entry, None if mask == (1 << len(flags)) - 1 else mask
-    return _rebatch(entry, parsed, flags), mask
+    return _rebatch(entry, parsed, flags, pace), mask
 
 
-def _rebatch(entry: bytes, parsed: ParsedEntry, flags: list[bool]) -> bytes:
+def _rebatch(entry: bytes, parsed: ParsedEntry, flags: list[bool],
+             pace: Callable[[], None]) -> bytes:
     """The batch again, with placeholders for the messages not kept."""
     assert parsed.metadata is not None and parsed.singles is not None
     singles = [
@@ -181,6 +188,7 @@ def _rebatch(entry: bytes, parsed: ParsedEntry, flags: list[bool]) -> bytes:
         for keep, (single, payload) in zip(flags, parsed.singles, strict=True)
     ]
     raw = build_batch(singles)
+    pace()
     metadata = parsed.metadata
     metadata.uncompressed_size = len(raw)
     payload = compress(metadata.compression, raw)
@@ -209,7 +217,7 @@ def compact(
     try:
         for position, entry in sources():
             pace()
-            part = kept_part(position, entry, latest, retain_null_key)
+            part = kept_part(position, entry, latest, retain_null_key, pace)
             if part is not None:
                 writer.add(position, *part)
         ledger = writer.finish(horizon)
