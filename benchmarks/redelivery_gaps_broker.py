@@ -51,6 +51,7 @@ def measure(broker: EmbeddedBroker, args: argparse.Namespace) -> list[tuple[int,
     """(redelivery count, monotonic time) of each delivery of the one message."""
     namespace = f"bench/gaps-{uuid.uuid4().hex[:6]}"
     topic = f"persistent://{namespace}/poison"
+    broker.create_namespace(namespace)  # a topic's namespace must exist, as in Pulsar
     if args.set_by == "namespace":
         set_policy(broker, f"/admin/v2/namespaces/{namespace}", args)
     elif args.set_by == "topic":

@@ -189,18 +189,24 @@ def test_namespace_lists_topics_and_partitioned_topics(
     assert parted not in ok_json(admin_broker, f"{NP_NS}/partitioned")
 
 
-def test_other_tenants_and_namespaces_need_no_registration(
+def test_other_tenants_and_namespaces_once_created(
     admin_broker: EmbeddedBroker, pulsar_client: pulsar.Client, local: str
 ) -> None:
     tenant = f"acme-{local}"
     full = f"persistent://{tenant}/orders/incoming"
+    # As in Pulsar, a topic's namespace must exist first (tests/admin/test_tenants_namespaces.py).
+    missing = http(admin_broker, "PUT", f"/admin/v2/persistent/{tenant}/orders/incoming")
+    assert missing.status == 404
+    assert json.loads(missing.body) == {"reason": f"Namespace {tenant}/orders does not exist"}
+    assert http(admin_broker, "PUT", f"/admin/v2/tenants/{tenant}").status == 204
+    assert http(admin_broker, "PUT", f"/admin/v2/namespaces/{tenant}/orders").status == 204
     assert http(admin_broker, "PUT", f"/admin/v2/persistent/{tenant}/orders/incoming").status == 204
     producer = pulsar_client.create_producer(full)
     producer.send(b"one")
     producer.send(b"two")
 
     assert ok_json(admin_broker, f"/admin/v2/persistent/{tenant}/orders") == [full]
-    assert ok_json(admin_broker, f"/admin/v2/persistent/{tenant}/unknown-ns") == []
+    assert http(admin_broker, "GET", f"/admin/v2/persistent/{tenant}/unknown-ns").status == 404
     assert full not in ok_json(admin_broker, NS)
     stats = ok_json(admin_broker, f"/admin/v2/persistent/{tenant}/orders/incoming/stats")
     assert stats["msgInCounter"] == 2

@@ -77,9 +77,11 @@ def pulsar_client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
 
 
 @pytest.fixture
-def namespace() -> str:
+def namespace(broker: EmbeddedBroker) -> str:
     """A namespace of this test's own (policies are per namespace)."""
-    return f"acme/ns-{uuid.uuid4().hex[:8]}"
+    name = f"acme/ns-{uuid.uuid4().hex[:8]}"
+    broker.create_namespace(name)
+    return name
 
 
 def ns_path(namespace: str) -> str:
@@ -196,6 +198,7 @@ def test_topic_overrides_namespace_overrides_broker(
 def test_policies_survive_a_restart(tmp_path: Path) -> None:
     with EmbeddedBroker(admin=True, data_dir=tmp_path) as broker:
         topic = "persistent://acme/keep/t"
+        broker.create_namespace("acme/keep")
         create_topic(broker, topic)
         ns_policy = {"minDelayMs": 100, "maxDelayMs": 800, "multiplier": 2.0}
         topic_policy = {"minDelayMs": 1000, "maxDelayMs": 8000, "multiplier": 1.5}

@@ -13,10 +13,12 @@ from magnetar.admin.auth_middleware import secure_admin
 from magnetar.admin.compaction_routes import add_compaction_routes
 from magnetar.admin.dedup_routes import add_dedup_routes
 from magnetar.admin.https import bind_socket, serve_https
+from magnetar.admin.lookup_routes import add_lookup_routes
 from magnetar.admin.policies import add_policy_routes
 from magnetar.admin.raw_entries import add_raw_entry_routes
 from magnetar.admin.retention_routes import add_retention_routes
 from magnetar.admin.schema_routes import add_schema_routes
+from magnetar.admin.tenants import add_tenant_routes, client_lookup, namespace_guard
 from magnetar.broker.config import listen_error
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
@@ -51,7 +53,7 @@ def _domain(request: web.Request) -> str:
 class AdminServer:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
-        self.app = web.Application()
+        self.app = web.Application(middlewares=[namespace_guard(service)])  # 404 if no namespace
         secure_admin(self.app, service)  # authentication first; the permission routes
         add_policy_routes(self.app, service)  # first: DELETE .../{topic} would match them
         add_dedup_routes(self.app, service)  # likewise
@@ -59,6 +61,8 @@ class AdminServer:
         add_retention_routes(self.app, service)  # retention, TTL, backlog quotas; likewise
         add_raw_entry_routes(self.app, service)  # PIP-96 ingest
         add_schema_routes(self.app, service)  # schemas and their compatibility policies
+        add_tenant_routes(self.app, service)  # before the topic routes, which match them too
+        add_lookup_routes(self.app, service, lambda: self.port)  # HTTP lookup service
         self.runner: web.AppRunner | None = None
         self._sock: socket.socket | None = None
         self.port = 0
@@ -176,9 +180,13 @@ class AdminServer:
         self.service.topic_policies.add_stats(topic, stats)  # backlogSize, expiries, quotas
         return web.json_response(stats)
 
+    @client_lookup
     async def get_partitions(self, request: web.Request) -> web.Response:
         name = _topic(request)
-        return web.json_response({"partitions": self.service.store.get_partitions(str(name)) or 0})
+        # A client's HTTP lookup asks with checkAllowAutoCreation=true, which creates the
+        # topic partitioned when default_partitions says so, as the binary request does.
+        auto = request.query.get("checkAllowAutoCreation", "false").lower() == "true"
+        return web.json_response({"partitions": self.service.partitions_for_lookup(name, auto)})
 
     async def create_partitions(self, request: web.Request) -> web.Response:
         name = _topic(request)

@@ -17,6 +17,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from magnetar.broker.listeners import parse_listeners, select
 from magnetar.protocol.frames import DEFAULT_MAX_MESSAGE_SIZE
 
 
@@ -65,6 +66,22 @@ class BrokerConfig:
     advertised_address: str | None = field(
         default=None,
         metadata=_help("host[:port] clients are told to connect to in lookups"),
+    )
+    advertised_listeners: str | None = field(
+        default=None,
+        metadata=_help(
+            "listeners clients may choose by name (Pulsar's advertisedListeners), e.g. "
+            "'internal:pulsar://10.0.0.5:6650,external:pulsar://broker.example.com:6650': a "
+            "lookup answers the address of the listener the client names (its "
+            "listener_name), or the internal listener's; not with advertised_address"
+        ),
+    )
+    internal_listener_name: str | None = field(
+        default=None,
+        metadata=_help(
+            "the listener of advertised_listeners that lookups naming none get "
+            "(Pulsar's internalListenerName); default: the first listed"
+        ),
     )
     admin_port: int | None = field(
         default=8080,
@@ -163,6 +180,14 @@ class BrokerConfig:
     )
     allow_auto_topic_creation: bool = field(
         default=True, metadata=_help("a producer or consumer may create the topic it names")
+    )
+    allow_auto_namespace_creation: bool = field(
+        default=False,
+        metadata=_help(
+            "a topic created in a namespace that does not exist creates the namespace "
+            "(and its tenant); off, as in Pulsar: a producer, consumer or lookup on it "
+            "fails with TopicNotFound until the admin API creates it"
+        ),
     )
     default_partitions: int = field(
         default=0, metadata=_help("partitions of auto-created topics; 0: not partitioned")
@@ -560,6 +585,9 @@ class BrokerConfig:
 
     @property
     def service_url(self) -> str:
+        if self.advertised_listeners:  # the internal listener's
+            listener = select(self, None)
+            return listener.broker_url or listener.broker_url_tls
         return f"pulsar://{self.advertised}"
 
     @property
@@ -641,6 +669,7 @@ class BrokerConfig:
         _check_redelivery_backoff(self)
         _check_retention_defaults(self)
         _check_security(self)
+        _check_listeners(self)
         if self.max_redelivery_counts_per_subscription < 1:
             raise ConfigError(
                 "max_redelivery_counts_per_subscription",
@@ -764,6 +793,30 @@ def _check_retention_defaults(config: BrokerConfig) -> None:
         "backlog_quota_default_retention_policy", config.backlog_quota_default_retention_policy,
         ("producer_request_hold", "producer_exception", "consumer_backlog_eviction"),
     )
+
+
+def _check_listeners(config: BrokerConfig) -> None:
+    if not config.advertised_listeners:
+        if config.internal_listener_name:
+            raise ConfigError(
+                "internal_listener_name", config.internal_listener_name,
+                "needs advertised_listeners",
+            )
+        return
+    try:
+        listeners = parse_listeners(config.advertised_listeners)
+    except ValueError as exc:
+        raise ConfigError("advertised_listeners", config.advertised_listeners, str(exc)) from None
+    if config.advertised_address:  # as Pulsar: one or the other
+        raise ConfigError(
+            "advertised_address", config.advertised_address,
+            "must not be set together with advertised_listeners",
+        )
+    if config.internal_listener_name and config.internal_listener_name not in listeners:
+        raise ConfigError(
+            "internal_listener_name", config.internal_listener_name,
+            f"not a listener of advertised_listeners ({', '.join(listeners)})",
+        )
 
 
 def _check_port(name: str, port: int) -> None:

@@ -21,6 +21,7 @@ from magnetar.broker.idle_poll import IdlePoller
 from magnetar.broker.limits import ConnectionLimits, PublishBuffer
 from magnetar.broker.loop_lag import LoopLagProbe
 from magnetar.broker.metrics import BrokerMetrics
+from magnetar.broker.namespaces import NamespaceRegistry
 from magnetar.broker.redelivery_backoff import BackoffPolicies, RedeliveryBackoffPolicy
 from magnetar.broker.retention_policies import RetentionPolicyStore
 from magnetar.broker.rpc import ReplyRouter
@@ -124,6 +125,14 @@ class BrokerService:
             segment_files=self.store.segment_files,
         )
         self._scratch_dir = scratch
+        self.namespaces = NamespaceRegistry(
+            config.data_dir,
+            auto_create=config.allow_auto_namespace_creation,
+            topics_in=lambda namespace: self.topics_of_namespace(
+                namespace, pb.CommandGetTopicsOfNamespace.ALL
+            ),
+            on_deleted=self._namespace_deleted,
+        )
 
     def clock_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -144,6 +153,7 @@ class BrokerService:
         try:
             # Non-persistent topics keep nothing across restarts.
             shutil.rmtree(self._scratch_dir, ignore_errors=True)
+            self.namespaces.load()  # before clients can come
             self._server = await self._listen()
             if self.config.port == 0:
                 self.config.port = self._server.sockets[0].getsockname()[1]
@@ -365,6 +375,16 @@ class BrokerService:
         # copy, or its next write would put back the file as it was before this one.
         self.backoff_policies._namespaces.pop(f"{tenant}/{namespace}", None)
 
+    def _namespace_deleted(self, tenant: str, namespace: str) -> None:
+        # Its policies file is gone: each holder drops what it cached of it, so that a
+        # namespace of the same name created later starts bare.
+        self.backoff_policies.forget_namespace(tenant, namespace)
+        self.dedup_policies._namespaces.pop(f"{tenant}/{namespace}", None)
+        self.retention_policies.forget_namespace(tenant, namespace)
+        self.compaction._namespaces.pop(f"{tenant}/{namespace}", None)
+        if self.authorization is not None:
+            self.authorization.forget_namespace(tenant, namespace)
+
     # ------------------------------------------------------------ connections
 
     def connection_opened(self, cnx: ServerCnx) -> None:
@@ -456,7 +476,9 @@ class BrokerService:
             )
             allowed = create and (explicit or self.config.allow_auto_topic_creation)
             if not is_known_partition and not allowed:
+                self.namespaces.check(name.namespace_name)  # the clearer of the two reasons
                 raise LookupError(f"topic {full} does not exist")
+            self.namespaces.ensure(name.namespace_name)  # NamespaceNotFound is a LookupError
             log.info("creating topic %s", full)
 
     def _open_files(self, name: TopicName) -> tuple[ManagedLedger, TopicMetadata, LedgerIds]:
@@ -561,6 +583,7 @@ class BrokerService:
             raise FileExistsError(f"partitioned topic {full} already exists")
         if self._exists(name):
             raise FileExistsError(f"non-partitioned topic {full} already exists")
+        self.namespaces.ensure(name.namespace_name)
         self.store.set_partitions(full, partitions)
         for index in range(partitions):
             self.get_topic(name.partition(index), create=True)

@@ -13,13 +13,17 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.namespaces import CLUSTER
 from magnetar.broker.service import BrokerService
 from magnetar.server import Server
+from magnetar.storage.namespaces_store import TenantInfo
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -139,6 +143,37 @@ class EmbeddedBroker:
         async def create() -> None:
             assert self.service is not None
             self.service.create_partitioned_topic(topic, partitions)
+
+        asyncio.run_coroutine_threadsafe(create(), self._loop).result(10)
+
+    def create_namespace(self, namespace: str) -> None:
+        """Create ``tenant/namespace``, and its tenant, unless they exist: as in Pulsar,
+        a topic's namespace must exist before the topic is used (``public/default``
+        always does). Thread mode, or subprocess mode with ``admin=True``."""
+        tenant, _, local = namespace.partition("/")
+        if not tenant or not local or "/" in local:
+            raise ValueError(f"not a tenant/namespace name: {namespace!r}")
+        if self.mode == "subprocess":
+            if self.admin_url is None:
+                raise RuntimeError("create_namespace on a subprocess broker needs admin=True")
+            for path in (f"/admin/v2/tenants/{tenant}", f"/admin/v2/namespaces/{namespace}"):
+                request = urllib.request.Request(self.admin_url + path, data=b"", method="PUT")
+                try:
+                    urllib.request.urlopen(request, timeout=10).close()
+                except urllib.error.HTTPError as exc:
+                    if exc.code != 409:  # 409: it exists already
+                        raise
+            return
+        if self.service is None or self._loop is None:
+            raise RuntimeError("create_namespace needs a running broker")
+
+        async def create() -> None:
+            assert self.service is not None
+            registry = self.service.namespaces
+            if tenant not in registry.tenants():
+                registry.create_tenant(tenant, TenantInfo(allowed_clusters=[CLUSTER]))
+            if not registry.exists(namespace):
+                registry.create_namespace(namespace)
 
         asyncio.run_coroutine_threadsafe(create(), self._loop).result(10)
 

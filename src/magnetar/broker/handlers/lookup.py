@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from magnetar.broker.auth.checks import lookup_refusal
+from magnetar.broker.listeners import ListenerNotFound, is_loopback, select
+from magnetar.broker.namespaces import NamespaceNotFound
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import BaseCommand, pb
 
@@ -26,18 +28,37 @@ def handle_lookup(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
         cnx.write_command(BaseCommand(type=T.LOOKUP_RESPONSE, lookupTopicResponse=response))
         return
     try:
-        TopicName.parse(lookup.topic)
+        name = TopicName.parse(lookup.topic)
+        cnx.service.namespaces.check(name.namespace_name)
+        listener = select(cnx.service.config, lookup.advertised_listener_name)
     except InvalidTopicName as exc:
         response.response = pb.CommandLookupTopicResponse.Failed
         response.error = pb.InvalidTopicName
         response.message = str(exc)
+    except NamespaceNotFound as exc:  # as Pulsar answers a namespace that does not exist
+        response.response = pb.CommandLookupTopicResponse.Failed
+        response.error = pb.TopicNotFound
+        response.message = str(exc)
+    except ListenerNotFound as exc:
+        # Pulsar answers ServiceNotReady, which the official clients retry until their
+        # operation timeout (and the C++ client closes its connection for): a listener
+        # name the broker lacks is a mistake no retry mends, so say so at once.
+        response.response = pb.CommandLookupTopicResponse.Failed
+        response.error = pb.NotAllowedError
+        response.message = str(exc)
     else:
         response.response = pb.CommandLookupTopicResponse.Connect
-        response.brokerServiceUrl = cnx.service.config.service_url
+        if listener.broker_url:
+            response.brokerServiceUrl = listener.broker_url
+        if listener.broker_url_tls:
+            response.brokerServiceUrlTls = listener.broker_url_tls
         response.authoritative = True
-        tls_url = cnx.service.config.service_url_tls
-        if tls_url and not response.brokerServiceUrlTls:
-            response.brokerServiceUrlTls = tls_url
+        # As a Pulsar standalone: an address on the loopback is reached through the
+        # service URL the client used, so that a broker in a container answering
+        # 127.0.0.1 serves clients outside it (Docker, compose) without any setting.
+        response.proxy_through_service_url = is_loopback(
+            listener.broker_url or listener.broker_url_tls
+        )
     cnx.write_command(BaseCommand(type=T.LOOKUP_RESPONSE, lookupTopicResponse=response))
 
 
@@ -55,14 +76,18 @@ def handle_partitioned_metadata(cnx: ServerCnx, command: BaseCommand, frame: Fra
         return
     try:
         name = TopicName.parse(request.topic)
+        cnx.service.namespaces.check(name.namespace_name)
+        partitions = cnx.service.partitions_for_lookup(name, request.metadata_auto_creation_enabled)
     except InvalidTopicName as exc:
         response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
         response.error = pb.InvalidTopicName
         response.message = str(exc)
+    except NamespaceNotFound as exc:
+        response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+        response.error = pb.TopicNotFound
+        response.message = str(exc)
     else:
-        response.partitions = cnx.service.partitions_for_lookup(
-            name, request.metadata_auto_creation_enabled
-        )
+        response.partitions = partitions
         response.response = pb.CommandPartitionedTopicMetadataResponse.Success
     cnx.write_command(
         BaseCommand(type=T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=response)
