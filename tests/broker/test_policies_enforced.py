@@ -354,3 +354,32 @@ async def magnetar_producer_refused(url: str, topic: str) -> None:
     async with Client(url, operation_timeout=10) as client:
         with pytest.raises(ProducerBlockedQuotaExceeded):
             await client.create_producer(topic)
+
+
+def test_magnetar_client_fails_its_waiting_sends_once_over_quota(
+    client_factory: Callable[..., pulsar.Client],
+) -> None:
+    """magnetar's client, like Java's: a producer detached for a backlog quota with
+    producer_exception fails what it was about to send, instead of holding it."""
+    with EmbeddedBroker(**FAST_CHECKS) as broker:
+        official = client_factory(broker.service_url)
+        topic = new_topic()
+        consumer = official.subscribe(topic, "s")
+        rest(broker, "POST",
+             topic_path(topic) + "/backlogQuota?backlogQuotaType=destination_storage",
+             {"limitSize": 8192, "limitTime": -1, "policy": "producer_exception"})
+
+        async def scenario() -> None:
+            async with Client(broker.service_url, operation_timeout=30.0) as client:
+                producer = await client.create_producer(topic)
+                for index in range(20):
+                    await producer.send(b"%02d" % index + b"x" * 1000)
+                await asyncio.to_thread(
+                    wait_until, lambda: not stats(broker, topic)["publishers"], "detached"
+                )
+                with pytest.raises(ProducerBlockedQuotaExceeded):
+                    await asyncio.wait_for(producer.send(b"refused"), 30)
+
+        asyncio.run(scenario())
+        assert stats(broker, topic)["msgInCounter"] == 20
+        consumer.close()

@@ -111,6 +111,7 @@ class ConnectionHandler:
                             raise
                     elif self._gives_up_on(exc):
                         raise
+                    self._attach_refused(exc)
                     delay = self._backoff.next()
                     if deadline is not None and self._loop.time() + delay > deadline:
                         raise
@@ -119,6 +120,9 @@ class ConnectionHandler:
                     await asyncio.sleep(delay)
         finally:
             self._establishing = False
+
+    def _attach_refused(self, exc: PulsarError) -> None:
+        """A reattachment was refused with a retriable ``exc``; the handler retries."""
 
     def _on_connection_closed(self, connection: Connection) -> None:
         if connection is not self._conn:

@@ -24,6 +24,7 @@ from magnetar.client.connection import Connection
 from magnetar.client.errors import (
     AlreadyClosed,
     MessageTooBig,
+    ProducerBlockedQuotaExceeded,
     ProducerBusy,
     ProducerFenced,
     ProducerQueueIsFull,
@@ -494,6 +495,12 @@ class PartitionProducer(ConnectionHandler):
                 if request is not None:
                     self._requests.fail(request, exc)
         self._release(op.num_messages)
+
+    def _attach_refused(self, exc: PulsarError) -> None:
+        # As the Java client: over a backlog quota, what waits to be sent fails now
+        # (the application learns at once), and reattaching goes on.
+        if isinstance(exc, ProducerBlockedQuotaExceeded):
+            self._fail_all(exc)
 
     def _fail_all(self, exc: PulsarError) -> None:
         if self._batch is not None and len(self._batch):
