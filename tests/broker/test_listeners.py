@@ -182,3 +182,22 @@ def test_the_internal_listener_is_the_default_answer() -> None:
     ) as broker:
         assert lookup(broker, None).brokerServiceUrl == f"pulsar://127.0.0.1:{port}"
         assert lookup(broker, "public").brokerServiceUrl == f"pulsar://localhost:{port}"
+
+
+def test_a_loopback_answer_is_reached_through_the_service_url() -> None:
+    """The Docker case without settings: the broker answers a loopback address its
+    clients cannot reach (here 127.0.0.2, where nothing listens); the official client
+    goes through the address it used instead, as with a Pulsar standalone."""
+    with EmbeddedBroker(advertised_address="127.0.0.2") as broker:
+        assert lookup(broker, None).brokerServiceUrl == f"pulsar://127.0.0.2:{broker.port}"
+        client = pulsar.Client(
+            broker.service_url,  # pulsar://127.0.0.1:<port>
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            operation_timeout_seconds=30,
+        )
+        try:
+            consumer = client.subscribe("persistent://public/default/proxied", "s")
+            client.create_producer("persistent://public/default/proxied").send(b"via")
+            assert consumer.receive(10_000).data() == b"via"
+        finally:
+            client.close()
