@@ -624,7 +624,8 @@ class ServerCnx(asyncio.Protocol):
 
     def handle_auth_response(self, command: BaseCommand, frame: Frame) -> None:
         if self.auth is None:
-            raise CommandError(pb.NotAllowedError, "AUTH_RESPONSE without authentication")
+            # As any command the broker does not expect (authentication is off).
+            raise CommandError(pb.NotAllowedError, "unexpected command AUTH_RESPONSE")
         self.auth.handle_response(command.authResponse)
 
     def _complete_connect(self, connect: pb.CommandConnect) -> None:
