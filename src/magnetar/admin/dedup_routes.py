@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from magnetar.broker.topic import TopicUnavailable
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.admin.paths import namespace_of, topics_of
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -56,16 +55,16 @@ class DedupRoutes:
     # ------------------------------------------------------------ namespaces
 
     async def get_namespace(self, request: web.Request) -> web.Response:
-        tenant, namespace = _namespace(request)
+        tenant, namespace = namespace_of(request)
         return _switch_response(self.service.dedup_policies.namespace_policy(tenant, namespace))
 
     async def set_namespace(self, request: web.Request) -> web.Response:
-        tenant, namespace = _namespace(request)
+        tenant, namespace = namespace_of(request)
         self._set_namespace(tenant, namespace, await _switch_body(request))
         return web.Response(status=204)
 
     async def remove_namespace(self, request: web.Request) -> web.Response:
-        tenant, namespace = _namespace(request)
+        tenant, namespace = namespace_of(request)
         self._set_namespace(tenant, namespace, None)
         return web.Response(status=204)
 
@@ -102,44 +101,9 @@ class DedupRoutes:
             service.apply_deduplication(topic)
 
     def _topics(self, request: web.Request) -> list[Topic]:
-        """The topic the path names, or every partition of a partitioned one (404 if
-        it does not exist; it is loaded if it is not)."""
-        name = _topic_name(request)
-        count = self.service.store.get_partitions(str(name))
-        names = [name.partition(i) for i in range(count)] if count else [name]
-        topics = []
-        for each in names:
-            try:
-                topic = self.service.find_topic(each)
-            except TopicUnavailable as exc:
-                raise web.HTTPServiceUnavailable(reason=str(exc)) from None
-            if topic is None:
-                raise web.HTTPNotFound(reason=f"topic {each} not found")
-            topics.append(topic)
-        return topics
+        return topics_of(self.service, request)
 
 
-def _namespace(request: web.Request) -> tuple[str, str]:
-    tenant = request.match_info["tenant"]
-    namespace = request.match_info["namespace"]
-    try:  # the same rules as a topic name's tenant and namespace
-        TopicName.parse(f"persistent://{tenant}/{namespace}/x")
-    except InvalidTopicName as exc:
-        raise web.HTTPPreconditionFailed(reason=str(exc)) from None
-    return tenant, namespace
-
-
-def _topic_name(request: web.Request) -> TopicName:
-    info = request.match_info
-    domain = info["domain"]
-    if domain not in ("persistent", "non-persistent"):
-        raise web.HTTPPreconditionFailed(
-            reason=f"invalid topic domain {domain!r}: expected persistent or non-persistent"
-        )
-    try:
-        return TopicName.parse(f"{domain}://{info['tenant']}/{info['namespace']}/{info['topic']}")
-    except InvalidTopicName as exc:
-        raise web.HTTPPreconditionFailed(reason=str(exc)) from None
 
 
 async def _switch_body(request: web.Request) -> bool:

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from magnetar.admin.paths import namespace_of, topics_of
 from magnetar.broker.redelivery_backoff import RedeliveryBackoffPolicy
-from magnetar.broker.topic import TopicUnavailable
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -53,18 +52,18 @@ class PolicyRoutes:
     # ------------------------------------------------------------ namespaces
 
     async def get_namespace(self, request: web.Request) -> web.Response:
-        tenant, namespace = _namespace(request)
+        tenant, namespace = namespace_of(request)
         policy = self.service.backoff_policies.namespace_policy(tenant, namespace)
         return _policy_response(policy)
 
     async def set_namespace(self, request: web.Request) -> web.Response:
-        tenant, namespace = _namespace(request)
+        tenant, namespace = namespace_of(request)
         policy = await _policy_body(request)
         self.service.backoff_policies.set_namespace_policy(tenant, namespace, policy)
         return web.Response(status=204)
 
     async def remove_namespace(self, request: web.Request) -> web.Response:
-        tenant, namespace = _namespace(request)
+        tenant, namespace = namespace_of(request)
         self.service.backoff_policies.set_namespace_policy(tenant, namespace, None)
         return web.Response(status=204)
 
@@ -90,44 +89,9 @@ class PolicyRoutes:
         return web.Response(status=204)
 
     def _topics(self, request: web.Request) -> list[Topic]:
-        """The topic the path names, or every partition of a partitioned one (404 if
-        it does not exist; it is loaded if it is not)."""
-        name = _topic_name(request)
-        count = self.service.store.get_partitions(str(name))
-        names = [name.partition(i) for i in range(count)] if count else [name]
-        topics = []
-        for each in names:
-            try:
-                topic = self.service.find_topic(each)
-            except TopicUnavailable as exc:
-                raise web.HTTPServiceUnavailable(reason=str(exc)) from None
-            if topic is None:
-                raise web.HTTPNotFound(reason=f"topic {each} not found")
-            topics.append(topic)
-        return topics
+        return topics_of(self.service, request)
 
 
-def _namespace(request: web.Request) -> tuple[str, str]:
-    tenant = request.match_info["tenant"]
-    namespace = request.match_info["namespace"]
-    try:  # the same rules as a topic name's tenant and namespace
-        TopicName.parse(f"persistent://{tenant}/{namespace}/x")
-    except InvalidTopicName as exc:
-        raise web.HTTPPreconditionFailed(reason=str(exc)) from None
-    return tenant, namespace
-
-
-def _topic_name(request: web.Request) -> TopicName:
-    info = request.match_info
-    domain = info["domain"]
-    if domain not in ("persistent", "non-persistent"):
-        raise web.HTTPPreconditionFailed(
-            reason=f"invalid topic domain {domain!r}: expected persistent or non-persistent"
-        )
-    try:
-        return TopicName.parse(f"{domain}://{info['tenant']}/{info['namespace']}/{info['topic']}")
-    except InvalidTopicName as exc:
-        raise web.HTTPPreconditionFailed(reason=str(exc)) from None
 
 
 async def _policy_body(request: web.Request) -> RedeliveryBackoffPolicy:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
+from magnetar.admin.paths import applied, namespace_of, topics_of
 from magnetar.broker.retention_policies import (
     DESTINATION_STORAGE,
     BacklogQuota,
@@ -33,8 +34,6 @@ from magnetar.broker.retention_policies import (
     check_ttl,
     quota_fits_retention,
 )
-from magnetar.broker.topic import TopicUnavailable
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.retention_policies import RetentionPolicyStore
@@ -72,11 +71,11 @@ class NamespaceRoutes:
         self.store: RetentionPolicyStore = service.retention_policies
 
     async def get_retention(self, request: web.Request) -> web.Response:
-        retention = self.store.namespace_retention(*_namespace(request))
+        retention = self.store.namespace_retention(*namespace_of(request))
         return _optional(None if retention is None else retention.to_json())
 
     async def set_retention(self, request: web.Request) -> web.Response:
-        tenant, namespace = _namespace(request)
+        tenant, namespace = namespace_of(request)
         retention = _parse(Retention.from_json, await _json_body(request))
         quotas = self.store.namespace_quotas(tenant, namespace)
         if quotas:  # Pulsar checks only a namespace that has quotas of its own
@@ -89,24 +88,24 @@ class NamespaceRoutes:
         return web.Response(status=204)
 
     async def remove_retention(self, request: web.Request) -> web.Response:
-        self.store.set_namespace_retention(*_namespace(request), None)
+        self.store.set_namespace_retention(*namespace_of(request), None)
         return web.Response(status=204)
 
     async def get_ttl(self, request: web.Request) -> web.Response:
-        return _optional(self.store.namespace_ttl(*_namespace(request)))
+        return _optional(self.store.namespace_ttl(*namespace_of(request)))
 
     async def set_ttl(self, request: web.Request) -> web.Response:
-        tenant, namespace = _namespace(request)
+        tenant, namespace = namespace_of(request)
         ttl = _parse(check_ttl, await _json_body(request))
         self.store.set_namespace_ttl(tenant, namespace, ttl)
         return web.Response(status=204)
 
     async def remove_ttl(self, request: web.Request) -> web.Response:
-        self.store.set_namespace_ttl(*_namespace(request), None)
+        self.store.set_namespace_ttl(*namespace_of(request), None)
         return web.Response(status=204)
 
     async def set_quota(self, request: web.Request) -> web.Response:
-        tenant, namespace = _namespace(request)
+        tenant, namespace = namespace_of(request)
         kind = _quota_type(request)
         quota = _parse(BacklogQuota.from_json, await _json_body(request))
         if not quota_fits_retention(quota, self.store.namespace_retention(tenant, namespace)):
@@ -118,12 +117,12 @@ class NamespaceRoutes:
         return web.Response(status=204)
 
     async def remove_quota(self, request: web.Request) -> web.Response:
-        tenant, namespace = _namespace(request)
+        tenant, namespace = namespace_of(request)
         self.store.set_namespace_quota(tenant, namespace, _quota_type(request), None)
         return web.Response(status=204)
 
     async def get_quotas(self, request: web.Request) -> web.Response:
-        quotas = self.store.namespace_quotas(*_namespace(request))
+        quotas = self.store.namespace_quotas(*namespace_of(request))
         return web.json_response({kind: quota.to_json() for kind, quota in quotas.items()})
 
 
@@ -134,7 +133,7 @@ class TopicRoutes:
 
     async def get_retention(self, request: web.Request) -> web.Response:
         topic = self._topics(request)[0]
-        if _applied(request):
+        if applied(request):
             return web.json_response(self.store.retention(topic).to_json())
         retention = self.store.topic_retention(topic)
         return _optional(None if retention is None else retention.to_json())
@@ -158,7 +157,7 @@ class TopicRoutes:
 
     async def get_ttl(self, request: web.Request) -> web.Response:
         topic = self._topics(request)[0]
-        if _applied(request):
+        if applied(request):
             return web.json_response(self.store.ttl(topic))
         return _optional(self.store.topic_ttl(topic))
 
@@ -204,55 +203,17 @@ class TopicRoutes:
 
     async def get_quotas(self, request: web.Request) -> web.Response:
         topic = self._topics(request)[0]
-        if _applied(request):
+        if applied(request):
             quotas = self.store.applied_quotas(topic)
         else:
             quotas = self.store.topic_quotas(topic)
         return web.json_response({kind: quota.to_json() for kind, quota in quotas.items()})
 
     def _topics(self, request: web.Request) -> list[Topic]:
-        """The topic the path names, or every partition of a partitioned one (404 if
-        it does not exist; it is loaded if it is not)."""
-        name = _topic_name(request)
-        count = self.service.store.get_partitions(str(name))
-        names = [name.partition(i) for i in range(count)] if count else [name]
-        topics = []
-        for each in names:
-            try:
-                topic = self.service.find_topic(each)
-            except TopicUnavailable as exc:
-                raise web.HTTPServiceUnavailable(reason=str(exc)) from None
-            if topic is None:
-                raise web.HTTPNotFound(reason=f"topic {each} not found")
-            topics.append(topic)
-        return topics
+        return topics_of(self.service, request)
 
 
-def _namespace(request: web.Request) -> tuple[str, str]:
-    tenant = request.match_info["tenant"]
-    namespace = request.match_info["namespace"]
-    try:  # the same rules as a topic name's tenant and namespace
-        TopicName.parse(f"persistent://{tenant}/{namespace}/x")
-    except InvalidTopicName as exc:
-        raise web.HTTPPreconditionFailed(reason=str(exc)) from None
-    return tenant, namespace
 
-
-def _topic_name(request: web.Request) -> TopicName:
-    info = request.match_info
-    domain = info["domain"]
-    if domain not in ("persistent", "non-persistent"):
-        raise web.HTTPPreconditionFailed(
-            reason=f"invalid topic domain {domain!r}: expected persistent or non-persistent"
-        )
-    try:
-        return TopicName.parse(f"{domain}://{info['tenant']}/{info['namespace']}/{info['topic']}")
-    except InvalidTopicName as exc:
-        raise web.HTTPPreconditionFailed(reason=str(exc)) from None
-
-
-def _applied(request: web.Request) -> bool:
-    return request.query.get("applied", "false").lower() == "true"
 
 
 def _quota_type(request: web.Request) -> str:
