@@ -112,6 +112,7 @@ def send_compacted(sub: Subscription, consumer: Consumer, view: CompactedLedger,
         ack_set,
     )
     topic.stats.messages_out += num_messages
+    topic.stats.bytes_out += len(entry)
     return len(entry)
 
 

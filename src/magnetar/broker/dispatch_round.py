@@ -210,6 +210,7 @@ def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) 
         ack_set,
     )
     topic.stats.messages_out += num_messages
+    topic.stats.bytes_out += len(entry)
     return len(entry)
 
 

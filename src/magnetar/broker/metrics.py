@@ -1,18 +1,26 @@
 """Prometheus metrics of one broker, with Pulsar's metric names where Pulsar has one.
 
 Topic gauges and counters are computed at scrape time from the topics' own
-counters, so the publish and dispatch paths pay nothing for them.
+counters, so the publish and dispatch paths pay nothing for them. Rates are counter
+deltas between scrapes (metrics_rates.py); topics on disk but not loaded show their
+stored bytes from a cached walk (disk_topics.py) and zero everywhere else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -20,6 +28,10 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+
+from magnetar.broker.disk_topics import DiskTopics
+from magnetar.broker.metrics_rates import ScrapeRates
+from magnetar.storage.write_latency import BUCKETS as WRITE_LATENCY_BUCKETS
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -67,8 +79,20 @@ class RoundTrips:
         return family
 
 
+# Pulsar has no ..._created series; prometheus_client adds one per counter unless told.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
 _TOPIC_LABELS = ["cluster", "namespace", "topic"]
+_SUBSCRIPTION_LABELS = [*_TOPIC_LABELS, "subscription"]
 _SNAPSHOT_CHUNK = 500  # topics read per event loop turn while a scrape snapshots them
+
+
+@dataclass(frozen=True, slots=True)
+class _SubscriptionRow:
+    name: str
+    backlog: int
+    unacked: int
+    messages_out: int  # its consumers' counts: they leave with a consumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +113,32 @@ class _TopicRow:
     epoch: int
     syncs: int
     inline_syncs: int
+    bytes_out: int = 0
+    backlog_size: int = 0
+    write_latency: tuple[int, ...] = ()  # bucket counts, the last one +Inf
+    write_latency_sum: float = 0.0
+    subs: tuple[_SubscriptionRow, ...] = ()
 
 
-def _topic_row(topic: Topic) -> _TopicRow:
+def _disk_row(name: str, storage: int) -> _TopicRow:
+    """A topic on disk, not loaded: its stored bytes, nothing else going on."""
+    namespace = name.split("://", 1)[-1].rsplit("/", 1)[0]
+    return _TopicRow(namespace, name, 0, 0, 0, storage, 0, 0, 0, 0, 0, 0, 0)
+
+
+def _subscription_rows(topic: Topic) -> tuple[_SubscriptionRow, ...]:
+    return tuple(
+        _SubscriptionRow(
+            name, sub.backlog(), len(sub.pending), sum(c.messages_out for c in sub.consumers)
+        )
+        for name, sub in topic.subscriptions.items()
+    )
+
+
+def _topic_row(topic: Topic, backlog_size: Callable[[Topic], int]) -> _TopicRow:
     subs = topic.subscriptions.values()
     ledger_stats = topic.ledger.stats
+    latency = ledger_stats.write_latency
     return _TopicRow(
         topic.topic_name.namespace_name,
         topic.name,
@@ -108,10 +153,15 @@ def _topic_row(topic: Topic) -> _TopicRow:
         topic.metadata.topic_epoch,
         ledger_stats.syncs,
         ledger_stats.inline_syncs,
+        topic.stats.bytes_out,
+        backlog_size(topic),
+        tuple(latency.counts),
+        latency.total,
+        _subscription_rows(topic),
     )
 
 
-def _topic_families(rows: list[_TopicRow]) -> Iterator[Metric]:
+def _topic_families(rows: list[_TopicRow], rates: ScrapeRates) -> Iterator[Metric]:
     labels = _TOPIC_LABELS
     msg_in = CounterMetricFamily("pulsar_in_messages", "Messages published", labels=labels)
     bytes_in = CounterMetricFamily("pulsar_in_bytes", "Bytes published", labels=labels)
@@ -127,8 +177,10 @@ def _topic_families(rows: list[_TopicRow]) -> Iterator[Metric]:
         "fdatasyncs of the topic's log, on the event loop (small groups) or a worker",
         labels=[*labels, "thread"],
     )
+    rate_families = _RateFamilies()
     for row in rows:
         values = ["standalone", row.namespace, row.name]
+        rate_families.add(row, values, rates)
         msg_in.add_metric(values, row.messages_in)
         bytes_in.add_metric(values, row.bytes_in)
         msg_out.add_metric(values, row.messages_out)
@@ -142,6 +194,72 @@ def _topic_families(rows: list[_TopicRow]) -> Iterator[Metric]:
         fsyncs.add_metric([*values, "worker"], row.syncs - row.inline_syncs)
     yield from (msg_in, bytes_in, msg_out, storage, backlog, producers, subs, consumers)
     yield from (epoch, fsyncs)
+    yield from rate_families.families()
+
+
+class _RateFamilies:
+    """Pulsar's rate, throughput, backlog-size, write-latency and subscription series."""
+
+    def __init__(self) -> None:
+        labels, sub_labels = _TOPIC_LABELS, _SUBSCRIPTION_LABELS
+        self.rate_in = GaugeMetricFamily(
+            "pulsar_rate_in", "Messages published per second since the last scrape", labels=labels)
+        self.rate_out = GaugeMetricFamily(
+            "pulsar_rate_out", "Messages dispatched per second since the last scrape",
+            labels=labels)
+        self.throughput_in = GaugeMetricFamily(
+            "pulsar_throughput_in", "Bytes published per second since the last scrape",
+            labels=labels)
+        self.throughput_out = GaugeMetricFamily(
+            "pulsar_throughput_out", "Bytes dispatched per second since the last scrape",
+            labels=labels)
+        self.bytes_out = CounterMetricFamily(
+            "pulsar_out_bytes", "Bytes dispatched (entries as stored)", labels=labels)
+        self.backlog_size = GaugeMetricFamily(
+            "pulsar_storage_backlog_size",
+            "Bytes from the slowest durable subscription's position to the end of the log",
+            labels=labels)
+        self.write_latency = HistogramMetricFamily(
+            "pulsar_storage_write_latency",
+            "Seconds from an entry's append to it being durable under the sync policy",
+            labels=labels)
+        self.sub_backlog = GaugeMetricFamily(
+            "pulsar_subscription_back_log", "Entries the subscription has not acknowledged",
+            labels=sub_labels)
+        self.sub_unacked = GaugeMetricFamily(
+            "pulsar_subscription_unacked_messages",
+            "Entries dispatched to the subscription's consumers and not acknowledged",
+            labels=sub_labels)
+        self.sub_rate_out = GaugeMetricFamily(
+            "pulsar_subscription_msg_rate_out",
+            "Messages dispatched to the subscription per second since the last scrape",
+            labels=sub_labels)
+
+    def add(self, row: _TopicRow, values: list[str], rates: ScrapeRates) -> None:
+        name = row.name
+        self.rate_in.add_metric(values, rates.rate((name, "in"), row.messages_in))
+        self.rate_out.add_metric(values, rates.rate((name, "out"), row.messages_out))
+        self.throughput_in.add_metric(values, rates.rate((name, "bin"), row.bytes_in))
+        self.throughput_out.add_metric(values, rates.rate((name, "bout"), row.bytes_out))
+        self.bytes_out.add_metric(values, row.bytes_out)
+        self.backlog_size.add_metric(values, row.backlog_size)
+        counts = row.write_latency or (0,) * (len(WRITE_LATENCY_BUCKETS) + 1)
+        cumulative, buckets = 0, []
+        for bound, count in zip((*WRITE_LATENCY_BUCKETS, float("inf")), counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+        self.write_latency.add_metric(values, buckets, row.write_latency_sum)
+        for sub in row.subs:
+            sub_values = [*values, sub.name]
+            self.sub_backlog.add_metric(sub_values, sub.backlog)
+            self.sub_unacked.add_metric(sub_values, sub.unacked)
+            self.sub_rate_out.add_metric(
+                sub_values, rates.rate((name, "sub", sub.name), sub.messages_out))
+
+    def families(self) -> Iterator[Metric]:
+        yield from (self.rate_in, self.rate_out, self.throughput_in, self.throughput_out)
+        yield from (self.bytes_out, self.backlog_size, self.write_latency)
+        yield from (self.sub_backlog, self.sub_unacked, self.sub_rate_out)
 
 
 class _SnapshotOrLive(Collector):
@@ -242,8 +360,11 @@ def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily
 
 
 class BrokerMetrics:
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
+        self.rates = ScrapeRates(clock)
+        self.disk_topics = DiskTopics(lambda: service.store, clock=clock)
         self.registry = CollectorRegistry()
         self._topic_snapshot = _SnapshotOrLive(self._live_topic_families)
         self.registry.register(self._topic_snapshot)
@@ -269,8 +390,21 @@ class BrokerMetrics:
     def reply_dropped(self, reason: str) -> None:
         self.replies_dropped.labels(reason=reason).inc()
 
+    def _row(self, topic: Topic) -> _TopicRow:
+        return _topic_row(topic, self.service.topic_policies.backlog_bytes)
+
+    def _families_of(self, rows: list[_TopicRow], sizes: dict[str, int]) -> list[Metric]:
+        """The topic families of ``rows``, plus a row for every stored topic of ``sizes``
+        not among them."""
+        loaded = {row.name for row in rows}
+        rows = rows + [_disk_row(n, size) for n, size in sizes.items() if n not in loaded]
+        self.rates.begin()  # under the render lock, or on the loop: one scrape at a time
+        return list(_topic_families(rows, self.rates))
+
     def _live_topic_families(self) -> Iterator[Metric]:
-        return _topic_families([_topic_row(t) for t in list(self.service.topics.values())])
+        # On the loop: the stored topics as the last scrape's walk found them, no walk.
+        rows = [self._row(t) for t in list(self.service.topics.values())]
+        return iter(self._families_of(rows, self.disk_topics.cached()))
 
     def render(self) -> bytes:
         """The exposition, all on the calling thread (tests and small brokers)."""
@@ -284,7 +418,7 @@ class BrokerMetrics:
             rows: list[_TopicRow] = []
             topics = list(self.service.topics.values())
             for start in range(0, len(topics), _SNAPSHOT_CHUNK):
-                rows.extend(_topic_row(t) for t in topics[start : start + _SNAPSHOT_CHUNK])
+                rows.extend(self._row(t) for t in topics[start : start + _SNAPSHOT_CHUNK])
                 if start + _SNAPSHOT_CHUNK < len(topics):
                     await asyncio.sleep(0)
             # The broker-wide figures are few; read on the loop, like the rows, since
@@ -296,5 +430,6 @@ class BrokerMetrics:
                 self._topic_snapshot.families = self._broker_snapshot.families = None
 
     def _render_rows(self, rows: list[_TopicRow]) -> bytes:
-        self._topic_snapshot.families = list(_topic_families(rows))
+        # The worker may walk the data directory (cached: at most every 30 s).
+        self._topic_snapshot.families = self._families_of(rows, self.disk_topics.sizes())
         return bytes(generate_latest(self.registry))

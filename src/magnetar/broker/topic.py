@@ -59,6 +59,7 @@ class TopicStats:
     messages_in: int = 0
     bytes_in: int = 0
     messages_out: int = 0
+    bytes_out: int = 0  # entry bytes dispatched, as Pulsar's bytesOutCounter
 
 
 class Topic:

@@ -6,9 +6,10 @@ lives apart from all three.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from magnetar.storage.record import HEADER_SIZE
+from magnetar.storage.write_latency import WriteLatency
 
 SYNC_POLICIES = ("always", "interval")
 
@@ -78,3 +79,5 @@ class LedgerStats:
     rolls: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
+    # append to durable, per entry (observed per write batch; see write_latency.py)
+    write_latency: WriteLatency = field(default_factory=WriteLatency)

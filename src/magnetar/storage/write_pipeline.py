@@ -100,6 +100,9 @@ class WritePipeline:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[bytes] = []  # appended, not yet written (ids from write_next)
         self._callbacks: deque[tuple[int, Callable[[int], None]]] = deque()
+        # (first entry id, monotonic time) of each write batch not yet confirmed in full:
+        # one clock read per batch gives every entry's append-to-durable latency.
+        self._batch_marks: deque[tuple[int, float]] = deque()
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()  # flush() calls
         self._write_scheduled = False
         self._roll_needed = False
@@ -130,6 +133,7 @@ class WritePipeline:
             loop = asyncio.get_running_loop()
             self._loop = loop
             self._write_scheduled = True
+            self._batch_marks.append((entry_id, time.monotonic()))
             self._sync_load.writes_due += 1
             loop.call_soon(self._write_soon)
         return entry_id
@@ -239,6 +243,8 @@ class WritePipeline:
         if entry_id <= self.confirmed_id:
             return
         self.confirmed_id = entry_id
+        if self._batch_marks:
+            self._observe_latency(entry_id)
         callbacks = self._callbacks
         while callbacks and callbacks[0][0] <= entry_id:
             confirmed, callback = callbacks.popleft()
@@ -247,6 +253,21 @@ class WritePipeline:
             except Exception:
                 logger.exception("%s: on_durable callback for entry %d failed",
                                  self.directory, confirmed)
+
+    def _observe_latency(self, entry_id: int) -> None:
+        """Count the entries up to ``entry_id`` in the write latency, a batch at a time."""
+        marks = self._batch_marks
+        now = time.monotonic()
+        latency = self.stats.write_latency
+        while marks and marks[0][0] <= entry_id:
+            first, stamped = marks[0]
+            batch_end = marks[1][0] - 1 if len(marks) > 1 else self.next_id - 1
+            last = min(batch_end, entry_id)
+            latency.observe(now - stamped, last - first + 1)
+            if last == batch_end:
+                marks.popleft()
+            else:  # the rest of the batch is confirmed later
+                marks[0] = (last + 1, stamped)
 
     def _resolve_waiters(self) -> None:
         waiters = self._waiters
@@ -382,6 +403,7 @@ class WritePipeline:
                      self.directory, exc)
         self._pending = []
         self._callbacks.clear()
+        self._batch_marks.clear()
         self._cancel_timer()
         self._fail_waiters()
         if self.on_failure is not None:
@@ -421,6 +443,7 @@ class WritePipeline:
         self.state = State.CLOSED
         self._pending = []
         self._callbacks.clear()
+        self._batch_marks.clear()
         self._cancel_timer()
         self._recorder.stop_soon()
         self._fail_waiters()
