@@ -245,20 +245,7 @@ class CompactionService:
 
     def set_topic_threshold(self, topic: Topic, value: int | None) -> None:
         """Set (None: remove) the topic's threshold, persisted in its metadata."""
-        metadata = topic.metadata
-        previous = metadata.policies.get(POLICY_NAME)
-        if value is None:
-            metadata.policies.pop(POLICY_NAME, None)
-        else:
-            metadata.policies[POLICY_NAME] = value
-        try:
-            metadata.save()
-        except BaseException:
-            if previous is None:
-                metadata.policies.pop(POLICY_NAME, None)
-            else:
-                metadata.policies[POLICY_NAME] = previous
-            raise
+        topic.metadata.set_policy(POLICY_NAME, value)
         self.topic_loaded(topic)
 
     def applied_threshold(self, topic: Topic) -> int:

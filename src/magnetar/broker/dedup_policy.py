@@ -80,20 +80,7 @@ class DedupPolicies:
     @staticmethod
     def set_topic_policy(topic: Topic, enabled: bool | None) -> None:
         """Set (None: remove) the topic's switch, persisted in its metadata."""
-        metadata = topic.metadata
-        previous = metadata.policies.get(POLICY_NAME)
-        if enabled is None:
-            metadata.policies.pop(POLICY_NAME, None)
-        else:
-            metadata.policies[POLICY_NAME] = enabled
-        try:
-            metadata.save()
-        except BaseException:
-            if previous is None:
-                metadata.policies.pop(POLICY_NAME, None)
-            else:
-                metadata.policies[POLICY_NAME] = previous
-            raise
+        topic.metadata.set_policy(POLICY_NAME, enabled)
 
     def applied(self, topic: Topic) -> bool:
         """The switch in force: the topic's, else its namespace's, else the broker's."""

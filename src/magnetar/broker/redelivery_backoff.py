@@ -175,20 +175,7 @@ class BackoffPolicies:
     @staticmethod
     def set_topic_policy(topic: Topic, policy: RedeliveryBackoffPolicy | None) -> None:
         """Set (None: remove) the topic's policy, persisted in its metadata."""
-        metadata = topic.metadata
-        previous = metadata.policies.get(POLICY_NAME)
-        if policy is None:
-            metadata.policies.pop(POLICY_NAME, None)
-        else:
-            metadata.policies[POLICY_NAME] = policy.to_json()
-        try:
-            metadata.save()
-        except BaseException:
-            if previous is None:
-                metadata.policies.pop(POLICY_NAME, None)
-            else:
-                metadata.policies[POLICY_NAME] = previous
-            raise
+        topic.metadata.set_policy(POLICY_NAME, None if policy is None else policy.to_json())
 
     # ------------------------------------------------------------ in force
 

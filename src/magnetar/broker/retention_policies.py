@@ -378,17 +378,4 @@ def _quotas_json(quotas: dict[str, BacklogQuota]) -> dict[str, Any] | None:
 
 def _write_topic(topic: Topic, key: str, value: object) -> None:
     """Set (None: remove) one of the topic's policies, persisted in its metadata."""
-    metadata = topic.metadata
-    previous = metadata.policies.get(key)
-    if value is None:
-        metadata.policies.pop(key, None)
-    else:
-        metadata.policies[key] = value
-    try:
-        metadata.save()
-    except BaseException:
-        if previous is None:
-            metadata.policies.pop(key, None)
-        else:
-            metadata.policies[key] = previous
-        raise
+    topic.metadata.set_policy(key, value)

@@ -94,19 +94,7 @@ def topic_strategy(metadata: TopicMetadata) -> Strategy:
 
 def set_topic_strategy(metadata: TopicMetadata, strategy: Strategy) -> None:
     """Set the topic's own strategy (UNDEFINED removes it), persisted in its metadata."""
-    previous = metadata.policies.get(POLICY_NAME)
-    if strategy is Strategy.UNDEFINED:
-        metadata.policies.pop(POLICY_NAME, None)
-    else:
-        metadata.policies[POLICY_NAME] = strategy.value
-    try:
-        metadata.save()
-    except BaseException:
-        if previous is None:
-            metadata.policies.pop(POLICY_NAME, None)
-        else:
-            metadata.policies[POLICY_NAME] = previous
-        raise
+    metadata.set_policy(POLICY_NAME, None if strategy is Strategy.UNDEFINED else strategy.value)
 
 
 # ------------------------------------------------------------ the registry

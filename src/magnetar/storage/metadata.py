@@ -114,6 +114,23 @@ class TopicMetadata:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, json.dumps(self.to_json(), indent=1).encode())
 
+    def set_policy(self, name: str, value: Any) -> None:
+        """Set (None: remove) the policy ``name`` and save; if the save fails, the
+        policy is as it was (a failed write changes nothing)."""
+        previous = self.policies.get(name)
+        if value is None:
+            self.policies.pop(name, None)
+        else:
+            self.policies[name] = value
+        try:
+            self.save()
+        except BaseException:
+            if previous is None:
+                self.policies.pop(name, None)
+            else:
+                self.policies[name] = previous
+            raise
+
 
 def _policies(doc: Any) -> dict[str, Any]:
     if not isinstance(doc, dict):
