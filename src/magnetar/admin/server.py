@@ -12,13 +12,16 @@ from aiohttp import web
 from magnetar.admin.auth_middleware import secure_admin
 from magnetar.admin.compaction_routes import add_compaction_routes
 from magnetar.admin.dedup_routes import add_dedup_routes
+from magnetar.admin.errors import json_errors
 from magnetar.admin.https import bind_socket, serve_https
 from magnetar.admin.lookup_routes import add_lookup_routes
 from magnetar.admin.policies import add_policy_routes
 from magnetar.admin.raw_entries import add_raw_entry_routes
 from magnetar.admin.retention_routes import add_retention_routes
 from magnetar.admin.schema_routes import add_schema_routes
+from magnetar.admin.subscription_routes import add_subscription_routes
 from magnetar.admin.tenants import add_tenant_routes, client_lookup, namespace_guard
+from magnetar.admin.topic_routes import add_topic_routes
 from magnetar.broker.config import listen_error
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
@@ -53,7 +56,8 @@ def _domain(request: web.Request) -> str:
 class AdminServer:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
-        self.app = web.Application(middlewares=[namespace_guard(service)])  # 404 if no namespace
+        # Errors as Pulsar's {"reason": ...} (outermost); 404 if no namespace.
+        self.app = web.Application(middlewares=[json_errors, namespace_guard(service)])
         secure_admin(self.app, service)  # authentication first; the permission routes
         add_policy_routes(self.app, service)  # first: DELETE .../{topic} would match them
         add_dedup_routes(self.app, service)  # likewise
@@ -63,6 +67,8 @@ class AdminServer:
         add_schema_routes(self.app, service)  # schemas and their compatibility policies
         add_tenant_routes(self.app, service)  # before the topic routes, which match them too
         add_lookup_routes(self.app, service, lambda: self.port)  # HTTP lookup service
+        add_topic_routes(self.app, service)  # stats, internalStats, examine, unload...
+        add_subscription_routes(self.app, service)  # create, skip, resetcursor...
         self.runner: web.AppRunner | None = None
         self._sock: socket.socket | None = None
         self.port = 0
@@ -75,7 +81,6 @@ class AdminServer:
                 web.get("/metrics/", self.metrics),
                 web.get(base, self.list_topics),
                 web.get(base + "/partitioned", self.list_partitioned),
-                web.get(base + "/{topic}/stats", self.topic_stats),
                 web.get(base + "/{topic}/partitions", self.get_partitions),
                 web.put(base + "/{topic}/partitions", self.create_partitions),
                 web.delete(base + "/{topic}/partitions", self.delete_partitions),
@@ -170,15 +175,6 @@ class AdminServer:
         )
         names = [n for n in self.service.store.list_partitioned() if n.startswith(prefix)]
         return web.json_response(sorted(names))
-
-    async def topic_stats(self, request: web.Request) -> web.Response:
-        name = _topic(request)
-        topic = self.service.find_topic(name)
-        if topic is None:
-            raise web.HTTPNotFound(reason=f"topic {name} not found")
-        stats = topic.stats_dict()
-        self.service.topic_policies.add_stats(topic, stats)  # backlogSize, expiries, quotas
-        return web.json_response(stats)
 
     @client_lookup
     async def get_partitions(self, request: web.Request) -> web.Response:

@@ -1,0 +1,109 @@
+"""Message and byte rates over a moving window, as Pulsar's stats report them.
+
+The data path only bumps counters (topic, producer and consumer ``messages_in``,
+``bytes_out``...); a periodic task samples those counters into a short history per
+object, and a rate is the counter's growth over the window the history spans. So a
+rate costs nothing per message, and it is at most one sample interval stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from magnetar.broker.topic import Topic
+
+SAMPLE_INTERVAL = 1.0  # seconds between samples
+WINDOW = 10.0  # seconds of history a rate is measured over
+
+
+class MovingRate:
+    """Samples of one monotonic counter; ``rate()`` is its growth per second over the
+    last ``window`` seconds (0.0 until two samples exist)."""
+
+    __slots__ = ("_samples", "window")
+
+    def __init__(self, window: float = WINDOW) -> None:
+        self.window = window
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def add(self, now: float, value: int) -> None:
+        samples = self._samples
+        samples.append((now, value))
+        # Keep one sample at or before the window's start, so the window is spanned.
+        while len(samples) > 2 and samples[1][0] <= now - self.window:
+            samples.popleft()
+
+    def rate(self) -> float:
+        samples = self._samples
+        if len(samples) < 2:
+            return 0.0
+        (t0, v0), (t1, v1) = samples[0], samples[-1]
+        if t1 <= t0 or v1 < v0:  # a counter that went back (a reload) says nothing
+            return 0.0
+        return (v1 - v0) / (t1 - t0)
+
+
+class RateTracker:
+    """The moving rates of every loaded topic, producer and consumer, keyed weakly by
+    the object (a closed producer's history goes with it)."""
+
+    def __init__(self, window: float = WINDOW) -> None:
+        self.window = window
+        self._rates: weakref.WeakKeyDictionary[object, dict[str, MovingRate]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._first_seen: weakref.WeakKeyDictionary[object, float] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _record(self, owner: object, now: float, counters: dict[str, int]) -> None:
+        rates = self._rates.get(owner)
+        if rates is None:
+            rates = self._rates[owner] = {}
+            self._first_seen.setdefault(owner, now)
+        for key, value in counters.items():
+            rate = rates.get(key)
+            if rate is None:
+                rate = rates[key] = MovingRate(self.window)
+            rate.add(now, value)
+
+    def sample(self, now: float, topics: Iterable[Topic]) -> None:
+        """Take one sample of every counter of ``topics`` and their clients."""
+        for topic in topics:
+            stats = topic.stats
+            self._record(topic, now, {
+                "msg_in": stats.messages_in, "bytes_in": stats.bytes_in,
+                "msg_out": stats.messages_out, "bytes_out": stats.bytes_out,
+            })
+            for producer in topic.producers.values():
+                self._record(producer, now,
+                             {"msg_in": producer.messages_in, "bytes_in": producer.bytes_in})
+            for sub in topic.subscriptions.values():
+                for consumer in sub.consumers:
+                    self._record(consumer, now, {
+                        "msg_out": consumer.messages_out, "bytes_out": consumer.bytes_out,
+                    })
+
+    def rate(self, owner: object, key: str) -> float:
+        rates = self._rates.get(owner)
+        if rates is None:
+            return 0.0
+        rate = rates.get(key)
+        return rate.rate() if rate is not None else 0.0
+
+    def first_seen(self, owner: object, now: float) -> float:
+        """When ``owner`` was first sampled (or now, remembered, if it never was): a
+        client's ``connectedSince``, within one sample interval."""
+        return self._first_seen.setdefault(owner, now)
+
+    async def run(self, topics: Callable[[], Iterable[Topic]], clock: Callable[[], float],
+                  interval: float = SAMPLE_INTERVAL) -> None:
+        """The periodic sampler (a broker timer)."""
+        while True:
+            await asyncio.sleep(interval)
+            self.sample(clock(), list(topics()))
