@@ -287,6 +287,14 @@ class BrokerConfig:
             "closed, its state dropped) and loaded again on next use; 0: never"
         ),
     )
+    max_unused_loaded_topics: int = field(
+        default=1000,
+        metadata=_help(
+            "loaded topics with no producers or consumers kept at most (about 20 KB and "
+            "3 file descriptors each); beyond it the longest unused are unloaded, checked "
+            "every few seconds; 0: no bound"
+        ),
+    )
     cursor_flush_interval: float = field(
         default=1.0, metadata=_help("seconds between writes of subscription positions")
     )
@@ -650,6 +658,7 @@ class BrokerConfig:
             "rpc_max_held_replies",
             "rpc_max_held_bytes",
             "topic_idle_unload_seconds",
+            "max_unused_loaded_topics",
             "entry_info_cache_max_entries",
             "connect_timeout",
             "frame_timeout",

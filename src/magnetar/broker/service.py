@@ -22,7 +22,6 @@ from magnetar.broker.limits import ConnectionLimits, PublishBuffer
 from magnetar.broker.loop_lag import LoopLagProbe
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.namespaces import NamespaceRegistry
-from magnetar.broker.rates import RateTracker
 from magnetar.broker.redelivery_backoff import BackoffPolicies, RedeliveryBackoffPolicy
 from magnetar.broker.retention_policies import RetentionPolicyStore
 from magnetar.broker.rpc import ReplyRouter
@@ -68,7 +67,6 @@ class BrokerService:
         if self.loop_lag.enabled and self.stall_tracer.enabled:
             self.loop_lag.on_wake = self.stall_tracer.beat
         self.metrics = BrokerMetrics(self)
-        self.rates = RateTracker()  # moving-window msg/byte rates for the stats
         self.replies = ReplyRouter(self)
         self.backoff_policies = BackoffPolicies(
             RedeliveryBackoffPolicy.from_config(config), config.data_dir
@@ -181,7 +179,6 @@ class BrokerService:
         )
         self._timers.append(self.loop.create_task(self.compaction.monitor()))
         self._timers.append(self.loop.create_task(self.loop_lag.run()))
-        self._timers.append(self.loop.create_task(self.rates.run(loaded, self.clock)))
         if self.loop_lag.enabled:
             self.stall_tracer.start()
         log.info(
@@ -214,11 +211,6 @@ class BrokerService:
             )
         except OSError as exc:
             raise listen_error("port", "host", self.config.host, self.config.port, exc) from None
-
-    @property
-    def serving(self) -> bool:
-        """Listening and not stopping (the admin health check)."""
-        return self._server is not None and not self._stopping
 
     @property
     def service_url(self) -> str:
@@ -265,22 +257,39 @@ class BrokerService:
                     log.exception("flushing cursors of %s failed", topic.name)
 
     async def _idle_unloader(self) -> None:
-        """Unload topics nobody has used for ``topic_idle_unload_seconds``: their files
-        are closed and their state dropped; the next use loads them again."""
+        """Unload topics nobody has used for ``topic_idle_unload_seconds``, and the
+        longest unused beyond ``max_unused_loaded_topics``: their files are closed and
+        their state dropped (each loaded topic costs about 20 KB and 3 descriptors);
+        the next use loads them again."""
         idle_after = self.config.topic_idle_unload_seconds
-        if idle_after <= 0:
+        max_unused = self.config.max_unused_loaded_topics
+        if idle_after <= 0 and max_unused <= 0:
             return
+        period = min(idle_after if idle_after > 0 else 10.0, 10.0) / 2
         idle_since: dict[str, float] = {}
         while True:
-            await asyncio.sleep(min(idle_after, 10.0) / 2)
+            await asyncio.sleep(period)
             now = self.loop.time()
+            unused: list[tuple[float, Topic]] = []
             for name, topic in list(self.topics.items()):
                 if topic.has_clients():
                     idle_since.pop(name, None)
-                elif now - idle_since.setdefault(name, now) >= idle_after:
+                    continue
+                since = idle_since.setdefault(name, now)
+                if 0 < idle_after <= now - since:
                     idle_since.pop(name, None)
                     await self.unload_topic(topic, "idle")
                     await asyncio.sleep(0)  # thousands of topics: never one long stall
+                else:
+                    unused.append((since, topic))
+            if 0 < max_unused < len(unused):
+                unused.sort(key=lambda pair: pair[0])
+                for _since, topic in unused[: len(unused) - max_unused]:
+                    if topic.has_clients():  # it got one while others were unloaded
+                        continue
+                    idle_since.pop(topic.name, None)
+                    await self.unload_topic(topic, "over max_unused_loaded_topics")
+                    await asyncio.sleep(0)
             for name in [n for n in idle_since if n not in self.topics]:
                 del idle_since[name]
 
