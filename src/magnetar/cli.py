@@ -1,6 +1,7 @@
 """The ``magnetar`` command: ``magnetar serve`` runs a broker until SIGTERM/SIGINT;
 ``magnetar repair`` cuts a topic's log before a corrupt record; ``magnetar tokens``
-makes keys and tokens for token authentication."""
+makes keys and tokens for token authentication; ``admin``, ``produce``, ``consume``,
+``perf`` and ``request`` are clients (``magnetar.commands``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from magnetar.broker.config import (
     default_of,
     load_config,
 )
+from magnetar.commands import register as register_client_commands
+from magnetar.commands import run as run_client_command
 from magnetar.logs import configure_logging
 from magnetar.server import Server
 from magnetar.storage.dir_lock import DataDirInUse
@@ -86,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     repair.add_argument("--dry-run", action="store_true", help="only say what would be cut")
     add_tokens_parser(commands)
+    register_client_commands(commands)  # admin, produce, consume, perf, request
     return parser
 
 
@@ -147,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "tokens":
         return run_tokens(args)
+    if args.command in ("admin", "produce", "consume", "perf", "request"):
+        return run_client_command(args)
     if args.command == "repair":
         return repair(args.topic, args.data_dir, args.dry_run)
     if args.command == "serve":

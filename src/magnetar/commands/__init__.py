@@ -1,0 +1,42 @@
+"""The client-side subcommands of ``magnetar``: ``admin`` (like pulsar-admin),
+``produce`` and ``consume`` (like pulsar-client), ``perf`` (like pulsar-perf) and
+``request`` (one PIP-371 request). Each module adds its parser and runs its command;
+``magnetar.cli`` registers them."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(commands: Any) -> None:
+    """Add the client commands to ``magnetar``'s subparsers."""
+    from magnetar.commands.admin import add_admin_parser
+    from magnetar.commands.perf import add_perf_parser
+    from magnetar.commands.produce_consume import add_consume_parser, add_produce_parser
+    from magnetar.commands.request import add_request_parser
+
+    add_admin_parser(commands)
+    add_produce_parser(commands)
+    add_consume_parser(commands)
+    add_perf_parser(commands)
+    add_request_parser(commands)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the client command ``args.command``; its exit code."""
+    if args.command == "admin":
+        from magnetar.commands.admin import run_admin
+
+        return run_admin(args)
+    if args.command == "perf":
+        from magnetar.commands.perf import run_perf
+
+        return run_perf(args)
+    if args.command == "request":
+        from magnetar.commands.request import run_request
+
+        return run_request(args)
+    from magnetar.commands.produce_consume import run_consume, run_produce
+
+    return run_produce(args) if args.command == "produce" else run_consume(args)
