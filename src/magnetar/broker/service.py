@@ -514,25 +514,30 @@ class BrokerService:
                 first = min(first, ledger.compacted.first_position)  # ids it serves
             ledgers = begin_ledger(metadata, ledger.next_entry_id, first, self.clock_ms() // 1000)
             return ledger, metadata, ledgers
-        except CorruptLedger as exc:
-            log.error("cannot load topic %s: %s", full, exc)
-            raise TopicUnavailable(
-                f"cannot load topic {full}: its log is corrupt ({exc.reason} at offset "
-                f"{exc.offset} of {exc.path.parent.name}/{exc.path.name}); an operator "
-                "can cut it there with `magnetar repair`",
-                storage_error=True,
-            ) from None
-        except OSError as exc:
+        except BaseException as exc:
+            # Whatever failed after the ledger opened, its files and its directory's
+            # lock go back (a lock kept would refuse every later load of the topic).
             if ledger is not None:
-                ledger.abort()  # release its files and lock; nothing was written
-            reason = exc.strerror or str(exc)
-            code = errno.errorcode.get(exc.errno or 0, "")
-            log.error("cannot load topic %s: %s", full, exc)
+                ledger.abort()
+            if not isinstance(exc, CorruptLedger | OSError):
+                raise
+            failure = exc
+        if isinstance(failure, CorruptLedger):
+            log.error("cannot load topic %s: %s", full, failure)
             raise TopicUnavailable(
-                f"cannot load topic {full}: {reason}" + (f" ({code})" if code else ""),
+                f"cannot load topic {full}: its log is corrupt ({failure.reason} at offset "
+                f"{failure.offset} of {failure.path.parent.name}/{failure.path.name}); an "
+                "operator can cut it there with `magnetar repair`",
                 storage_error=True,
-                os_errno=exc.errno,
-            ) from None
+            )
+        reason = failure.strerror or str(failure)
+        code = errno.errorcode.get(failure.errno or 0, "")
+        log.error("cannot load topic %s: %s", full, failure)
+        raise TopicUnavailable(
+            f"cannot load topic {full}: {reason}" + (f" ({code})" if code else ""),
+            storage_error=True,
+            os_errno=failure.errno,
+        )
 
     def _install(
         self, name: TopicName, ledger: ManagedLedger, metadata: TopicMetadata, ledgers: LedgerIds

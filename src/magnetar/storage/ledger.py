@@ -119,8 +119,14 @@ class ManagedLedger:
         except BaseException:
             os.close(lock_fd)
             raise
-        return cls(directory, config, segments, lock_fd, executor, sync_load, cache_budget,
-                   segment_files)
+        try:
+            return cls(directory, config, segments, lock_fd, executor, sync_load,
+                       cache_budget, segment_files)
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            os.close(lock_fd)
+            raise
 
     def __init__(self, directory: Path, config: LedgerConfig, segments: list[Segment],
                  lock_fd: int, executor: Executor | None,
