@@ -16,7 +16,6 @@ from magnetar.broker.auth.providers import (
     SettingError,
 )
 from magnetar.broker.auth.tls import TlsProvider, server_context
-from magnetar.broker.auth.tokens import TokenProvider
 from magnetar.broker.config import BrokerConfig, ConfigError, csv_setting
 
 __all__ = [
@@ -39,6 +38,10 @@ def _providers(config: BrokerConfig) -> list[AuthenticationProvider]:
     providers: list[AuthenticationProvider] = []
     for name in names:
         if name == "token":
+            # Imported here: PyJWT with cryptography costs 11 MB of RSS, which a broker
+            # without token authentication should not pay.
+            from magnetar.broker.auth.tokens import TokenProvider
+
             key = "token_secret_key" if config.token_secret_key else "token_public_key"
             try:
                 providers.append(
