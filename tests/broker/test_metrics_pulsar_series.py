@@ -1,9 +1,12 @@
 """Pulsar's rate, subscription, backlog-size and write-latency series on /metrics,
 parsed with prometheus_client's parser after a known workload: counters exact, rates
-from a controlled clock, topics stored but not loaded included, no _created series."""
+those of the admin stats' moving window (sampled at controlled times), topics stored
+but not loaded included, no _created series."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 import urllib.request
 from collections.abc import Callable
@@ -12,6 +15,7 @@ from pathlib import Path
 import pulsar
 from prometheus_client.parser import text_string_to_metric_families
 
+from magnetar.broker.rates import RateTracker
 from magnetar.storage.record import HEADER_SIZE
 from magnetar.testing import EmbeddedBroker
 
@@ -39,12 +43,15 @@ def names(samples: Samples) -> set[str]:
     return {name for name, _ in samples}
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
+def sample_rates(broker: EmbeddedBroker, tracker: RateTracker, now: float) -> None:
+    """One sample of every loaded topic's counters at ``now``, on the broker's loop."""
+    service = broker.service
+    assert service is not None and broker._loop is not None
 
-    def __call__(self) -> float:
-        return self.now
+    async def sample() -> None:
+        tracker.sample(now, list(service.topics.values()))
+
+    asyncio.run_coroutine_threadsafe(sample(), broker._loop).result(30)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -61,15 +68,10 @@ def quiet(url: str) -> pulsar.Client:
 def test_counters_rates_subscriptions_and_write_latency(topic: str) -> None:
     count, acked, size = 20, 8, 100
     with EmbeddedBroker(admin=True) as broker:
-        assert broker.service is not None
-        clock = FakeClock()
-        broker.service.metrics.rates.clock = clock
         client = quiet(broker.service_url)
         try:
             consumer = client.subscribe(topic, "sub", receiver_queue_size=1000)
             producer = client.create_producer(topic)
-            first = scrape(broker)  # the rates' starting point
-            assert value(first, "pulsar_rate_in", topic=topic) == 0
             for index in range(count):
                 producer.send(bytes([index]) * size)
             received = [consumer.receive(timeout_millis=10_000) for _ in range(count)]
@@ -78,7 +80,6 @@ def test_counters_rates_subscriptions_and_write_latency(topic: str) -> None:
             sub = {"topic": topic, "subscription": "sub"}
             wait_for(lambda: value(scrape(broker), "pulsar_subscription_back_log", **sub)
                      == count - acked)
-            clock.now += 10.0
             samples = scrape(broker)
         finally:
             client.close()
@@ -89,9 +90,6 @@ def test_counters_rates_subscriptions_and_write_latency(topic: str) -> None:
     assert value(samples, "pulsar_out_bytes_total", topic=topic) == entry_bytes
     assert entry_bytes % count == 0
     per_entry = entry_bytes // count
-    # Every message went in and out between the two scrapes 10 s apart (the
-    # scrapes while waiting moved the window: the last one saw no new traffic).
-    assert value(samples, "pulsar_rate_in", topic=topic) == 0
     assert value(samples, "pulsar_subscription_back_log", **sub) == count - acked
     assert value(samples, "pulsar_subscription_unacked_messages", **sub) == count - acked
     assert value(samples, "pulsar_msg_backlog", topic=topic) == count - acked
@@ -108,21 +106,28 @@ def test_rates_are_deltas_over_the_scrape_interval(topic: str) -> None:
     count = 12
     with EmbeddedBroker(admin=True) as broker:
         assert broker.service is not None
-        clock = FakeClock()
-        broker.service.metrics.rates.clock = clock
+        # A tracker of the test's own: the broker's sampler (real time, every second)
+        # keeps sampling the one it started with.
+        tracker = broker.service.rates = RateTracker()
         client = quiet(broker.service_url)
         try:
             consumer = client.subscribe(topic, "sub")
             producer = client.create_producer(topic)
-            scrape(broker)
+            sample_rates(broker, tracker, 100.0)
+            assert value(scrape(broker), "pulsar_rate_in", topic=topic) == 0  # one sample
             for index in range(count):
                 producer.send(b"%03d" % index)
             for _ in range(count):
                 consumer.acknowledge(consumer.receive(timeout_millis=10_000))
             service = broker.service
             wait_for(lambda: service.topics[topic].stats.messages_out == count)
-            clock.now += 4.0
+            sample_rates(broker, tracker, 104.0)
             samples = scrape(broker)
+            with urllib.request.urlopen(
+                f"{broker.admin_url}/admin/v2/persistent/public/default/"
+                f"{topic.rsplit('/', 1)[1]}/stats", timeout=30,
+            ) as answer:
+                stats = json.load(answer)
         finally:
             client.close()
     entry_bytes = value(samples, "pulsar_in_bytes_total", topic=topic)
@@ -132,6 +137,9 @@ def test_rates_are_deltas_over_the_scrape_interval(topic: str) -> None:
     assert value(samples, "pulsar_throughput_in", topic=topic) == entry_bytes / 4
     assert value(samples, "pulsar_throughput_out", topic=topic) == entry_bytes / 4
     assert value(samples, "pulsar_subscription_msg_rate_out", **sub) == count / 4
+    # The same window as the admin stats.
+    assert stats["msgRateIn"] == count / 4
+    assert stats["msgThroughputOut"] == entry_bytes / 4
 
 
 def segment_bytes(data_dir: Path) -> int:

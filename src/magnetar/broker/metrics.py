@@ -1,9 +1,10 @@
 """Prometheus metrics of one broker, with Pulsar's metric names where Pulsar has one.
 
 Topic gauges and counters are computed at scrape time from the topics' own
-counters, so the publish and dispatch paths pay nothing for them. Rates are counter
-deltas between scrapes (metrics_rates.py); topics on disk but not loaded show their
-stored bytes from a cached walk (disk_topics.py) and zero everywhere else.
+counters, so the publish and dispatch paths pay nothing for them. Rates are the moving
+window rates the admin stats report (broker/rates.py), so both agree; topics on disk
+but not loaded show their stored bytes from a cached walk (disk_topics.py) and zero
+everywhere else.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from magnetar.broker.disk_topics import DiskTopics
-from magnetar.broker.metrics_rates import ScrapeRates
 from magnetar.storage.write_latency import BUCKETS as WRITE_LATENCY_BUCKETS
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class _SubscriptionRow:
     name: str
     backlog: int
     unacked: int
-    messages_out: int  # its consumers' counts: they leave with a consumer
+    rate_out: float  # its consumers' moving rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +114,10 @@ class _TopicRow:
     syncs: int
     inline_syncs: int
     bytes_out: int = 0
+    rate_in: float = 0.0
+    rate_out: float = 0.0
+    throughput_in: float = 0.0
+    throughput_out: float = 0.0
     backlog_size: int = 0
     write_latency: tuple[int, ...] = ()  # bucket counts, the last one +Inf
     write_latency_sum: float = 0.0
@@ -126,16 +130,20 @@ def _disk_row(name: str, storage: int) -> _TopicRow:
     return _TopicRow(namespace, name, 0, 0, 0, storage, 0, 0, 0, 0, 0, 0, 0)
 
 
-def _subscription_rows(topic: Topic) -> tuple[_SubscriptionRow, ...]:
+Rate = Callable[[object, str], float]  # RateTracker.rate: (topic or consumer, counter)
+
+
+def _subscription_rows(topic: Topic, rate: Rate) -> tuple[_SubscriptionRow, ...]:
     return tuple(
         _SubscriptionRow(
-            name, sub.backlog(), len(sub.pending), sum(c.messages_out for c in sub.consumers)
+            name, sub.backlog(), len(sub.pending),
+            sum(rate(c, "msg_out") for c in sub.consumers),
         )
         for name, sub in topic.subscriptions.items()
     )
 
 
-def _topic_row(topic: Topic, backlog_size: Callable[[Topic], int]) -> _TopicRow:
+def _topic_row(topic: Topic, backlog_size: Callable[[Topic], int], rate: Rate) -> _TopicRow:
     subs = topic.subscriptions.values()
     ledger_stats = topic.ledger.stats
     latency = ledger_stats.write_latency
@@ -154,14 +162,18 @@ def _topic_row(topic: Topic, backlog_size: Callable[[Topic], int]) -> _TopicRow:
         ledger_stats.syncs,
         ledger_stats.inline_syncs,
         topic.stats.bytes_out,
+        rate(topic, "msg_in"),
+        rate(topic, "msg_out"),
+        rate(topic, "bytes_in"),
+        rate(topic, "bytes_out"),
         backlog_size(topic),
         tuple(latency.counts),
         latency.total,
-        _subscription_rows(topic),
+        _subscription_rows(topic, rate),
     )
 
 
-def _topic_families(rows: list[_TopicRow], rates: ScrapeRates) -> Iterator[Metric]:
+def _topic_families(rows: list[_TopicRow]) -> Iterator[Metric]:
     labels = _TOPIC_LABELS
     msg_in = CounterMetricFamily("pulsar_in_messages", "Messages published", labels=labels)
     bytes_in = CounterMetricFamily("pulsar_in_bytes", "Bytes published", labels=labels)
@@ -180,7 +192,7 @@ def _topic_families(rows: list[_TopicRow], rates: ScrapeRates) -> Iterator[Metri
     rate_families = _RateFamilies()
     for row in rows:
         values = ["standalone", row.namespace, row.name]
-        rate_families.add(row, values, rates)
+        rate_families.add(row, values)
         msg_in.add_metric(values, row.messages_in)
         bytes_in.add_metric(values, row.bytes_in)
         msg_out.add_metric(values, row.messages_out)
@@ -203,15 +215,14 @@ class _RateFamilies:
     def __init__(self) -> None:
         labels, sub_labels = _TOPIC_LABELS, _SUBSCRIPTION_LABELS
         self.rate_in = GaugeMetricFamily(
-            "pulsar_rate_in", "Messages published per second since the last scrape", labels=labels)
+            "pulsar_rate_in", "Messages published per second (moving window)", labels=labels)
         self.rate_out = GaugeMetricFamily(
-            "pulsar_rate_out", "Messages dispatched per second since the last scrape",
-            labels=labels)
+            "pulsar_rate_out", "Messages dispatched per second (moving window)", labels=labels)
         self.throughput_in = GaugeMetricFamily(
-            "pulsar_throughput_in", "Bytes published per second since the last scrape",
+            "pulsar_throughput_in", "Bytes published per second (moving window)",
             labels=labels)
         self.throughput_out = GaugeMetricFamily(
-            "pulsar_throughput_out", "Bytes dispatched per second since the last scrape",
+            "pulsar_throughput_out", "Bytes dispatched per second (moving window)",
             labels=labels)
         self.bytes_out = CounterMetricFamily(
             "pulsar_out_bytes", "Bytes dispatched (entries as stored)", labels=labels)
@@ -232,15 +243,14 @@ class _RateFamilies:
             labels=sub_labels)
         self.sub_rate_out = GaugeMetricFamily(
             "pulsar_subscription_msg_rate_out",
-            "Messages dispatched to the subscription per second since the last scrape",
+            "Messages dispatched to the subscription's consumers per second (moving window)",
             labels=sub_labels)
 
-    def add(self, row: _TopicRow, values: list[str], rates: ScrapeRates) -> None:
-        name = row.name
-        self.rate_in.add_metric(values, rates.rate((name, "in"), row.messages_in))
-        self.rate_out.add_metric(values, rates.rate((name, "out"), row.messages_out))
-        self.throughput_in.add_metric(values, rates.rate((name, "bin"), row.bytes_in))
-        self.throughput_out.add_metric(values, rates.rate((name, "bout"), row.bytes_out))
+    def add(self, row: _TopicRow, values: list[str]) -> None:
+        self.rate_in.add_metric(values, row.rate_in)
+        self.rate_out.add_metric(values, row.rate_out)
+        self.throughput_in.add_metric(values, row.throughput_in)
+        self.throughput_out.add_metric(values, row.throughput_out)
         self.bytes_out.add_metric(values, row.bytes_out)
         self.backlog_size.add_metric(values, row.backlog_size)
         counts = row.write_latency or (0,) * (len(WRITE_LATENCY_BUCKETS) + 1)
@@ -253,8 +263,7 @@ class _RateFamilies:
             sub_values = [*values, sub.name]
             self.sub_backlog.add_metric(sub_values, sub.backlog)
             self.sub_unacked.add_metric(sub_values, sub.unacked)
-            self.sub_rate_out.add_metric(
-                sub_values, rates.rate((name, "sub", sub.name), sub.messages_out))
+            self.sub_rate_out.add_metric(sub_values, sub.rate_out)
 
     def families(self) -> Iterator[Metric]:
         yield from (self.rate_in, self.rate_out, self.throughput_in, self.throughput_out)
@@ -363,7 +372,6 @@ class BrokerMetrics:
     def __init__(self, service: BrokerService,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
-        self.rates = ScrapeRates(clock)
         self.disk_topics = DiskTopics(lambda: service.store, clock=clock)
         self.registry = CollectorRegistry()
         self._topic_snapshot = _SnapshotOrLive(self._live_topic_families)
@@ -391,15 +399,15 @@ class BrokerMetrics:
         self.replies_dropped.labels(reason=reason).inc()
 
     def _row(self, topic: Topic) -> _TopicRow:
-        return _topic_row(topic, self.service.topic_policies.backlog_bytes)
+        service = self.service
+        return _topic_row(topic, service.topic_policies.backlog_bytes, service.rates.rate)
 
     def _families_of(self, rows: list[_TopicRow], sizes: dict[str, int]) -> list[Metric]:
         """The topic families of ``rows``, plus a row for every stored topic of ``sizes``
         not among them."""
         loaded = {row.name for row in rows}
         rows = rows + [_disk_row(n, size) for n, size in sizes.items() if n not in loaded]
-        self.rates.begin()  # under the render lock, or on the loop: one scrape at a time
-        return list(_topic_families(rows, self.rates))
+        return list(_topic_families(rows))
 
     def _live_topic_families(self) -> Iterator[Metric]:
         # On the loop: the stored topics as the last scrape's walk found them, no walk.
