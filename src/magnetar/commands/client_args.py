@@ -1,4 +1,7 @@
-"""Options shared by the commands that use magnetar's client, and running them."""
+"""Options shared by the commands that use magnetar's client, and running them.
+
+The client is imported when a command runs, not when ``magnetar``'s parser is built:
+``magnetar serve`` should not pay for it."""
 
 from __future__ import annotations
 
@@ -6,11 +9,10 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from magnetar.client import Client
-from magnetar.client.auth import AuthenticationToken
-from magnetar.client.errors import PulsarError
+if TYPE_CHECKING:
+    from magnetar.client import Client
 
 DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
 
@@ -22,6 +24,9 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
 
 
 def make_client(args: argparse.Namespace) -> Client:
+    from magnetar.client import Client
+    from magnetar.client.auth import AuthenticationToken
+
     auth = AuthenticationToken(args.token) if args.token else None
     return Client(args.service_url, auth=auth, operation_timeout=30.0)
 
@@ -39,6 +44,8 @@ def parse_property(text: str) -> str:
 
 def run_client_command(name: str, coro: Coroutine[Any, Any, int]) -> int:
     """Run ``coro``; a client error is exit code 1 with its message on stderr, Ctrl-C 130."""
+    from magnetar.client.errors import PulsarError
+
     try:
         return asyncio.run(coro)
     except KeyboardInterrupt:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def _cell(value: Any) -> str:
@@ -18,6 +18,8 @@ def _cell(value: Any) -> str:
 def as_table(result: Any) -> Table:
     """A list of scalars: one column; a list of objects: a column per key; an object:
     key and value rows (nested values as compact JSON)."""
+    from rich.table import Table
+
     table = Table()
     if isinstance(result, list) and result and all(isinstance(r, dict) for r in result):
         columns: list[str] = []
@@ -44,6 +46,8 @@ def as_table(result: Any) -> Table:
 
 def print_result(result: Any, *, table: bool = False) -> None:
     if table:
+        from rich.console import Console
+
         Console(soft_wrap=True).print(as_table(result))
     else:
         print(json.dumps(result, indent=2))

@@ -16,15 +16,14 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
-from magnetar.client import Client
 from magnetar.commands.client_args import add_client_options, make_client, run_client_command
 from magnetar.commands.perf_stats import Recorder, Window
 from magnetar.commands.produce_consume import SUBSCRIPTION_TYPES
+
+if TYPE_CHECKING:
+    from magnetar.client import Client
 
 
 def add_perf_parser(commands: Any) -> None:
@@ -101,6 +100,9 @@ class _Run:
             self.stop.set()
 
     def summary(self) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
         total: Window = self.recorder.total
         print(total.line(f"Aggregated {self.label}", time.monotonic()))
         print(f"{total.messages} messages in {time.monotonic() - self.started:.2f} s")

@@ -12,12 +12,8 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from magnetar.client import Message
 from magnetar.commands.client_args import (
     add_client_options,
     make_client,
@@ -26,11 +22,25 @@ from magnetar.commands.client_args import (
     run_client_command,
 )
 
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from magnetar.client import Message
+
 LONG_RUN = 1000  # messages from which a run shows a progress bar
 SUBSCRIPTION_TYPES = ("exclusive", "shared", "failover", "key_shared")
 
 
 def _progress(total: int | None, verb: str) -> Progress:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     console = Console(stderr=True)
     show = console.is_terminal and (total is None or total >= LONG_RUN)
     return Progress(

@@ -8,7 +8,6 @@ import argparse
 import sys
 from typing import Any
 
-from magnetar.client.errors import RequestTimeout
 from magnetar.commands.client_args import (
     add_client_options,
     make_client,
@@ -38,6 +37,8 @@ def add_request_parser(commands: Any) -> None:
 
 
 async def request(args: argparse.Namespace) -> int:
+    from magnetar.client.errors import RequestTimeout
+
     async with make_client(args) as client:
         producer = await client.create_producer(args.topic)
         try:
