@@ -14,17 +14,20 @@ import base64
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from magnetar.broker.auth.providers import AuthenticationFailed, SettingError, read_url_setting
-from magnetar.broker.auth.tokens import (
-    TokenProvider,
-    create_key_pair,
-    create_secret_key,
-    create_token,
-    load_private_key,
-    parse_duration,
-    show_token,
-)
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+
+def _tokens() -> ModuleType:
+    # Imported on use: PyJWT with cryptography costs 11 MB of RSS, and this module is
+    # imported by every `magnetar` command, `serve` included.
+    from magnetar.broker.auth import tokens
+
+    return tokens
 
 
 def add_tokens_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -91,7 +94,7 @@ def run_tokens(args: argparse.Namespace) -> int:
 
 
 def _create_secret_key(args: argparse.Namespace) -> int:
-    key = create_secret_key(args.signature_algorithm)
+    key = _tokens().create_secret_key(args.signature_algorithm)
     if args.output is not None:
         _write_private(args.output, key)
     if args.base64 or args.output is None:
@@ -100,7 +103,7 @@ def _create_secret_key(args: argparse.Namespace) -> int:
 
 
 def _create_key_pair(args: argparse.Namespace) -> int:
-    private, public = create_key_pair(args.signature_algorithm)
+    private, public = _tokens().create_key_pair(args.signature_algorithm)
     _write_private(args.output_private_key, private)
     args.output_public_key.write_bytes(public)
     return 0
@@ -113,15 +116,16 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
-    expires = parse_duration(args.expiry_time) if args.expiry_time else None
+    expires = _tokens().parse_duration(args.expiry_time) if args.expiry_time else None
     if args.secret_key:
-        token = create_token(
+        token = _tokens().create_token(
             args.subject, secret_key=read_url_setting(args.secret_key),
             algorithm=args.signature_algorithm, expires_in=expires, claim=args.claim,
         )
     else:
-        token = create_token(
-            args.subject, private_key=load_private_key(read_url_setting(args.private_key)),
+        private_key = _tokens().load_private_key(read_url_setting(args.private_key))
+        token = _tokens().create_token(
+            args.subject, private_key=private_key,
             algorithm=args.signature_algorithm, expires_in=expires, claim=args.claim,
         )
     print(token)
@@ -135,12 +139,12 @@ def _token_of(args: argparse.Namespace) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    print(show_token(_token_of(args)))
+    print(_tokens().show_token(_token_of(args)))
     return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
-    provider = TokenProvider.from_settings(args.secret_key, args.public_key)
+    provider = _tokens().TokenProvider.from_settings(args.secret_key, args.public_key)
     try:
         claims = provider.verify(_token_of(args))
     except AuthenticationFailed as exc:
