@@ -709,9 +709,9 @@ def main() -> int:
     floor_mb, floor_peak = floor_rss()
     log(f"floor: python -c 'import magnetar.broker.service': RSS {floor_mb:.1f} MB "
         f"(peak {floor_peak:.1f} MB)")
-    served_mb, _ = floor_rss("magnetar.server")
-    log(f"imports of 'magnetar serve' (python -c 'import magnetar.server': the broker and "
-        f"its admin HTTP server, aiohttp): RSS {served_mb:.1f} MB")
+    served_mb, _ = floor_rss("magnetar.cli")
+    log(f"imports of 'magnetar serve' (python -c 'import magnetar.cli': the broker, "
+        f"its admin HTTP server and the CLI): RSS {served_mb:.1f} MB")
     results = []
     for name in names:
         log(f"== {name}")
