@@ -30,11 +30,11 @@ def reason_response(
 
 def fail(error: type[web.HTTPException], message: str) -> NoReturn:
     """Raise ``error`` whose body is ``{"reason": message}``."""
-    raise error(
-        reason=" ".join(message.split())[:300],  # a status line holds one short line
-        text=json.dumps({"reason": message}),
-        content_type="application/json",
-    )
+    line = " ".join(message.split())[:300]  # a status line holds one short line
+    text = json.dumps({"reason": message})
+    if issubclass(error, web.HTTPMethodNotAllowed):  # the operation, not the method
+        raise error("", [], reason=line, text=text, content_type="application/json")
+    raise error(reason=line, text=text, content_type="application/json")
 
 
 @web.middleware

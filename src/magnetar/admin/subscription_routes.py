@@ -118,7 +118,7 @@ class SubscriptionRoutes:
         name = request.match_info["sub"]
         query = request.query.get("messageId")
         where = await _message_id_body(request, query.lower() if query else admin_ops.LATEST)
-        topics = all_topics(self.service, request)
+        topics = all_topics(self.service, request, create=True)
         if any(name in topic.subscriptions for topic in topics):
             fail(web.HTTPConflict, "Subscription already exists for topic")
         for topic in topics:

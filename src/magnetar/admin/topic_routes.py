@@ -65,12 +65,20 @@ def topic_name(request: web.Request) -> TopicName:
         fail(web.HTTPPreconditionFailed, str(exc))
 
 
-def load(service: BrokerService, name: TopicName) -> Topic:
-    """The topic, loaded if it is not (404 if it does not exist, 503 while unloading)."""
+def load(service: BrokerService, name: TopicName, create: bool = False) -> Topic:
+    """The topic, loaded if it is not (404 if it does not exist, 503 while unloading);
+    ``create``: created where ``allow_auto_topic_creation`` lets a client's use create
+    it (as Pulsar's create-subscription does)."""
+    topic: Topic | None
     try:
-        topic = service.find_topic(name)
+        if create:
+            topic = service.get_topic(name, create=True)
+        else:
+            topic = service.find_topic(name)
     except TopicUnavailable as exc:
         fail(web.HTTPServiceUnavailable, str(exc))
+    except (LookupError, ValueError):
+        topic = None
     if topic is None:
         fail(web.HTTPNotFound, f"topic {name} not found")  # the words tests expect
     return topic
@@ -85,12 +93,14 @@ def one_topic(service: BrokerService, request: web.Request, what: str) -> Topic:
     return load(service, name)
 
 
-def all_topics(service: BrokerService, request: web.Request) -> list[Topic]:
+def all_topics(
+    service: BrokerService, request: web.Request, create: bool = False
+) -> list[Topic]:
     """The topic, or every partition of a partitioned one."""
     name = topic_name(request)
     count = service.store.get_partitions(str(name)) if name.partition_index < 0 else 0
     names = [name.partition(i) for i in range(count)] if count else [name]
-    return [load(service, each) for each in names]
+    return [load(service, each, create) for each in names]
 
 
 def positive_int(text: str, what: str) -> int:
