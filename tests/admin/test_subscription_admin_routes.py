@@ -108,6 +108,12 @@ def test_skip_n_then_the_next_received_is_the_one_after(
     publish(client, local, 5)
     ok(broker, "POST", f"{NS}/{local}/subscription/sk/skip/2")
     assert backlog(broker, local, "sk") == 3
+    cursor = ok(broker, "GET", f"{NS}/{local}/internalStats").json()["cursors"]["sk"]
+    ledger = cursor["markDeletePosition"].split(":")[0]
+    assert cursor["markDeletePosition"] == f"{ledger}:1"  # entries 0 and 1 skipped
+    assert cursor["readPosition"] == f"{ledger}:2"
+    stats = ok(broker, "GET", f"{NS}/{local}/stats").json()
+    assert stats["subscriptions"]["sk"]["markDeletePosition"] == f"{ledger}:1"
     consumer = client.subscribe(full(local), "sk")
     assert received(consumer, 3) == [b"m2", b"m3", b"m4"]
     assert http(broker, "POST", f"{NS}/{local}/subscription/sk/skip/-1").status == 412

@@ -82,6 +82,7 @@ def topic_stats(service: BrokerService, topic: Topic) -> dict[str, Any]:
             msgOutCounter=sum(c.messages_out for c in sub.consumers),
             bytesOutCounter=sum(c.bytes_out for c in sub.consumers),
             activeConsumerName=active.name if active is not None else None,
+            markDeletePosition=position(topic, sub.cursor.mark_delete),  # not a bare id
         )
     service.topic_policies.add_stats(topic, doc)  # backlogSize, expiries, quotas
     return doc
@@ -160,10 +161,12 @@ def _cursor(topic: Topic, name: str) -> dict[str, Any]:
     ranges: list[tuple[int, int]] = ranges_of() if callable(ranges_of) else []
     acked_above = sum(e - s + 1 for s, e in ranges)
     first = topic.ledger.first_entry_id
+    # Acks (a skip) may pass the dispatcher's read position; the next read is after them.
+    read = max(sub.read_position, mark_delete + 1)
     properties = getattr(cursor, "properties", {})
     return {
         "markDeletePosition": position(topic, mark_delete),
-        "readPosition": position(topic, sub.read_position),
+        "readPosition": position(topic, read),
         "waitingReadOp": False,
         "pendingReadOps": 0,
         "messagesConsumedCounter": max(mark_delete + 1 - first, 0) + acked_above,
@@ -176,7 +179,7 @@ def _cursor(topic: Topic, name: str) -> dict[str, Any]:
         "lastLedgerSwitchTimestamp": "",
         "state": "Open",
         "active": bool(sub.consumers),
-        "numberOfEntriesSinceFirstNotAckedMessage": max(sub.read_position - mark_delete - 1, 0),
+        "numberOfEntriesSinceFirstNotAckedMessage": read - mark_delete - 1,
         "totalNonContiguousDeletedMessagesRange": len(ranges),
         "subscriptionHavePendingRead": False,
         "subscriptionHavePendingReplayRead": False,
