@@ -22,6 +22,7 @@ from magnetar.broker.limits import ConnectionLimits, PublishBuffer
 from magnetar.broker.loop_lag import LoopLagProbe
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.namespaces import NamespaceRegistry
+from magnetar.broker.rates import RateTracker
 from magnetar.broker.redelivery_backoff import BackoffPolicies, RedeliveryBackoffPolicy
 from magnetar.broker.retention_policies import RetentionPolicyStore
 from magnetar.broker.rpc import ReplyRouter
@@ -67,6 +68,7 @@ class BrokerService:
         if self.loop_lag.enabled and self.stall_tracer.enabled:
             self.loop_lag.on_wake = self.stall_tracer.beat
         self.metrics = BrokerMetrics(self)
+        self.rates = RateTracker()  # moving-window msg/byte rates for the stats
         self.replies = ReplyRouter(self)
         self.backoff_policies = BackoffPolicies(
             RedeliveryBackoffPolicy.from_config(config), config.data_dir
@@ -179,6 +181,7 @@ class BrokerService:
         )
         self._timers.append(self.loop.create_task(self.compaction.monitor()))
         self._timers.append(self.loop.create_task(self.loop_lag.run()))
+        self._timers.append(self.loop.create_task(self.rates.run(loaded, self.clock)))
         if self.loop_lag.enabled:
             self.stall_tracer.start()
         log.info(
@@ -211,6 +214,11 @@ class BrokerService:
             )
         except OSError as exc:
             raise listen_error("port", "host", self.config.host, self.config.port, exc) from None
+
+    @property
+    def serving(self) -> bool:
+        """Listening and not stopping (the admin health check)."""
+        return self._server is not None and not self._stopping
 
     @property
     def service_url(self) -> str:
