@@ -84,3 +84,19 @@ def test_metrics_can_require_credentials(keys: Keys, tmp_path: Path) -> None:
             headers=bearer(keys.token("anyone")),
         )
         assert listed.status == 200
+
+
+def test_a_role_with_consume_permission_may_read_a_topic_but_not_change_it(
+    broker: EmbeddedBroker, keys: Keys, topic: str
+) -> None:
+    admin = bearer(keys.token("admin"))
+    path = topic.replace("persistent://", "/admin/v2/persistent/")
+    assert http(broker.admin_url + path, "PUT", headers=admin).status == 204
+    grant = "/admin/v2/namespaces/public/default/permissions/reader-role"
+    granted = http(broker.admin_url + grant, "POST", body=["consume"], headers=admin)
+    assert granted.status in (200, 204)
+    reader = bearer(keys.token("reader-role"))
+    for read in ("/stats", "/internalStats", "/lastMessageId", "/subscriptions"):
+        assert http(broker.admin_url + path + read, headers=reader).status == 200, read
+    skip = http(broker.admin_url + path + "/subscription/s/skip_all", "POST", headers=reader)
+    assert skip.status == 403

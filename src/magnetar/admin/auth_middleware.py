@@ -30,7 +30,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # GETs a role with lookup permission on the topic may make.
 _TOPIC_READS = re.compile(
     r"^/(?:admin/v2|lookup/v2/topic)/(persistent|non-persistent)/([^/]+)/([^/]+)/([^/]+)"
-    r"(?:/(?:stats|partitions|internalStats))?/?$"
+    r"(?:/(?:stats|partitioned-stats|partitions|internalStats|lastMessageId|subscriptions))?/?$"
 )
 _METRICS = ("/metrics", "/metrics/")
 
