@@ -103,7 +103,9 @@ class WritePipeline:
         # (first entry id, monotonic time) of each write batch not yet confirmed in full:
         # one clock read per batch gives every entry's append-to-durable latency.
         self._batch_marks: deque[tuple[int, float]] = deque()
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()  # flush() calls
+        # flush() calls, few and rare: a list (a deque's first block is ~600 bytes, and
+        # a broker has a pipeline per loaded topic)
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._write_scheduled = False
         self._roll_needed = False
         self._job: asyncio.Future[Any] | None = None
@@ -272,7 +274,7 @@ class WritePipeline:
     def _resolve_waiters(self) -> None:
         waiters = self._waiters
         while waiters and waiters[0][0] <= self.synced_id:
-            _, waiter = waiters.popleft()
+            _, waiter = waiters.pop(0)
             if not waiter.done():
                 waiter.set_result(None)
 
@@ -414,7 +416,7 @@ class WritePipeline:
 
     def _fail_waiters(self) -> None:
         while self._waiters:
-            _, waiter = self._waiters.popleft()
+            _, waiter = self._waiters.pop(0)
             if not waiter.done():
                 waiter.set_exception(self.unusable())
 
