@@ -80,7 +80,6 @@ def compacted_round(sub: Subscription, view: CompactedLedger, max_entries: int,
 def send_compacted(sub: Subscription, consumer: Consumer, view: CompactedLedger,
                    entry_id: int) -> int:
     """Send the compacted ledger's entry at ``entry_id``; returns its size in bytes."""
-    topic = sub.topic
     try:
         entry = view.read(entry_id)
     except Exception:
@@ -101,19 +100,9 @@ def send_compacted(sub: Subscription, consumer: Consumer, view: CompactedLedger,
         kept &= (1 << num_messages) - 1
         num_messages = kept.bit_count()
         ack_set = words_from_bits(kept)
-    sub.pending[entry_id] = consumer
-    sub.dispatcher.hold(info.key_hash, consumer)
-    consumer.send_entry(
-        entry_id,
-        topic.message_id_bytes(entry_id),
-        entry,
-        num_messages,
-        sub.redelivery_counts.get(entry_id, 0),
-        ack_set,
-    )
-    topic.stats.messages_out += num_messages
-    topic.stats.bytes_out += len(entry)
-    return len(entry)
+    from magnetar.broker.dispatch_round import hand_over  # it imports this module
+
+    return hand_over(sub, consumer, entry_id, info, entry, num_messages, ack_set)
 
 
 def compacted_last_message_id(topic: Topic) -> MessageId | None:

@@ -199,6 +199,14 @@ def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) 
     ack_set = None
     if sub.batch_acks:  # a partly acked batch goes out with what is left of it
         num_messages, ack_set = unacked_part(sub, consumer, entry_id, num_messages)
+    return hand_over(sub, consumer, entry_id, info, entry, num_messages, ack_set)
+
+
+def hand_over(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo,
+              entry: bytes, num_messages: int, ack_set: list[int] | None) -> int:
+    """Give ``entry`` to ``consumer``: it is pending on it, its key held by it, and
+    counted out; returns its size in bytes."""
+    topic = sub.topic
     sub.pending[entry_id] = consumer
     sub.dispatcher.hold(info.key_hash, consumer)
     consumer.send_entry(
