@@ -57,6 +57,23 @@ def test_clear_and_trim_give_the_bytes_back() -> None:
     assert budget.size_bytes == 0 and len(budget) == 0
 
 
+def test_drop_before_after_evictions_keeps_the_rest_addressable() -> None:
+    per_entry = 10 + ENTRY_OVERHEAD
+    budget = CacheBudget(3000 * per_entry)
+    cache = EntryCache(budget)
+    for entry_id in range(5000):  # the first 2,000 are evicted: the head moves on
+        cache.put(entry_id, entry_id.to_bytes(2, "big") * 5)
+    assert cache.first_id == 2000
+    cache.drop_before(4500)
+    assert (cache.first_id, len(cache)) == (4500, 500)
+    assert budget.size_bytes == cache.size_bytes == 500 * per_entry
+    assert cache.get(4499) is None
+    assert [cache.get(i) for i in (4500, 4999)] == [i.to_bytes(2, "big") * 5 for i in (4500, 4999)]
+    assert list(cache.iter_from(4998, 4999)) == [i.to_bytes(2, "big") * 5 for i in (4998, 4999)]
+    cache.put(5000, b"z")
+    assert cache.get(5000) == b"z" and len(cache) == 501
+
+
 def test_an_entry_bigger_than_the_budget_is_not_kept() -> None:
     budget = CacheBudget(1000)
     cache = EntryCache(budget)

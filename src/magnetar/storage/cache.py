@@ -137,8 +137,16 @@ class EntryCache:
 
     def drop_before(self, entry_id: int) -> None:
         """Forget entries below ``entry_id`` (they were trimmed from the ledger)."""
-        while self.first_id < min(entry_id, self.end_id):
-            self._pop_oldest()
+        count = min(entry_id, self.end_id) - self.first_id
+        if count > 0:
+            # In one slice, not entry by entry: retention may drop a whole cache at once.
+            head = self._head
+            dropped = self._entries[head:head + count]
+            size = sum(map(len, dropped)) + ENTRY_OVERHEAD * count  # type: ignore[arg-type]
+            self.size_bytes -= size
+            self._budget.size_bytes -= size
+            del self._entries[head:head + count]
+            self.first_id += count
         if self.first_id < entry_id:
             self.clear(entry_id)
         if not len(self):
