@@ -16,7 +16,8 @@ from magnetar.protocol.pb import BaseCommand, pb
 
 @pytest.mark.parametrize(
     "value",
-    [0, 1, 127, 128, 300, 4095, 4096, 2**14 - 1, 2**14, 65535, 65536, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**32, 2**64 - 1],
+    [0, 1, 127, 128, 300, 4095, 4096, 2**14 - 1, 2**14, 65535, 65536, 2**21 - 1, 2**21,
+     2**28 - 1, 2**28, 2**32, 2**64 - 1],
 )
 def test_varint_matches_protobuf(value: int) -> None:
     msg = pb.CommandFlow(consumer_id=value, messagePermits=0)

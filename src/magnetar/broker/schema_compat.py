@@ -20,11 +20,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import avro.errors
-import avro.schema
-from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
-
+# The avro package is imported on first use (by the first schema with a definition):
+# with its decimal and json codecs it is a megabyte most brokers never need.
+if TYPE_CHECKING:
+    import avro.schema
 
 class Strategy(Enum):
     UNDEFINED = "UNDEFINED"  # a policy that is not set: the next level's applies
@@ -119,6 +120,8 @@ def validate(schema: SchemaData) -> None:
     kind = schema.type
     if kind in AVRO_BASED:
         parsed = parse(schema)
+        import avro.schema
+
         if kind == AVRO and isinstance(parsed, avro.schema.UnionSchema):
             raise InvalidSchema("Avro schema typed [UNION] is not supported")
     elif kind in _PRIMITIVES and schema.data:
@@ -140,6 +143,9 @@ def parse(schema: SchemaData) -> avro.schema.Schema:
 
 @functools.lru_cache(maxsize=512)
 def _parse(kind: int, data: bytes) -> avro.schema.Schema:
+    import avro.errors
+    import avro.schema
+
     invalid = f"Invalid schema definition data for {type_name(kind)} schema"
     try:
         # Defaults are not validated, as Pulsar parses with setValidateDefaults(false);
@@ -165,6 +171,8 @@ def _legal(name: str) -> bool:
 
 
 def _bad_name(schema: avro.schema.Schema, seen: set[int]) -> str | None:
+    import avro.schema
+
     if id(schema) in seen:
         return None
     seen.add(id(schema))
@@ -302,6 +310,8 @@ def _check_all(existing: Sequence[SchemaData], new: SchemaData, strategy: Strate
 def _require_read(
     reader: avro.schema.Schema, writer: avro.schema.Schema, strategy: Strategy, what: str
 ) -> None:
+    from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+
     checker = ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
     result = checker.get_compatibility(reader, writer)
     if result.compatibility is not SchemaCompatibilityType.incompatible:

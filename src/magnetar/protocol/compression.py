@@ -10,7 +10,6 @@ from __future__ import annotations
 import zlib
 
 import lz4.block
-import snappy
 import zstandard
 
 from magnetar.protocol.errors import MalformedFrame
@@ -50,6 +49,8 @@ def compress(kind: int, data: bytes) -> bytes:
     if kind == ZSTD:
         return _zstd_c.compress(data)
     if kind == SNAPPY:
+        import snappy  # on first use: 1.5 MB that most brokers never need
+
         return bytes(snappy.compress(data))
     raise ValueError(f"unsupported compression type {kind}")
 
@@ -65,6 +66,8 @@ def decompress(kind: int, data: bytes, uncompressed_size: int) -> bytes:
         if kind == ZSTD:
             return _zstd_d.decompress(data, max_output_size=max(uncompressed_size, 1))
         if kind == SNAPPY:
+            import snappy
+
             return bytes(snappy.decompress(data))
     except Exception as exc:  # each codec raises its own error type
         raise MalformedFrame(f"cannot decompress payload ({kind}): {exc}") from None

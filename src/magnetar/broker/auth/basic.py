@@ -21,8 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import bcrypt
-
 from magnetar.broker.auth.providers import (
     Authenticated,
     AuthenticationFailed,
@@ -94,6 +92,8 @@ def check_password(stored: str, password: str) -> bool:
             return False
         return hmac.compare_digest(apr1_crypt(secret, parts[2]), stored)
     if stored.startswith(("$2y$", "$2b$", "$2a$")):
+        import bcrypt  # on first use: only htpasswd files with bcrypt hashes need it
+
         try:
             return bcrypt.checkpw(secret, stored.encode())
         except ValueError:
