@@ -8,12 +8,13 @@ server) says whether there is an admin server and where.
 Start order: the admin port is taken first (not served yet), then the broker starts
 (it locks the data directory and listens), then the admin server serves. So a setting
 that stops either one stops both before anything is logged, and the admin server
-never answers for a broker that did not start.
+never answers for a broker that did not start. The admin application itself (aiohttp)
+is loaded when its first connection arrives (``magnetar.admin.listener``).
 """
 
 from __future__ import annotations
 
-from magnetar.admin.server import AdminServer
+from magnetar.admin.listener import AdminListener
 from magnetar.broker.config import BrokerConfig, ConfigError, listen_error, os_reason
 from magnetar.broker.service import BrokerService
 
@@ -33,7 +34,7 @@ class Server:
         except OSError as exc:  # it creates the data directory
             reason = f"cannot create it: {os_reason(exc)}"
             raise ConfigError("data_dir", config.data_dir, reason) from None
-        self.admin: AdminServer | None = None
+        self.admin: AdminListener | None = None
 
     @property
     def service_url(self) -> str:
@@ -43,7 +44,7 @@ class Server:
         config = self.config
         admin = None
         if config.admin_port is not None:
-            admin = AdminServer(self.service)
+            admin = AdminListener(self.service)
             try:
                 await admin.bind()
             except OSError as exc:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -13,7 +13,7 @@ from magnetar.admin.auth_middleware import secure_admin
 from magnetar.admin.compaction_routes import add_compaction_routes
 from magnetar.admin.dedup_routes import add_dedup_routes
 from magnetar.admin.errors import json_errors
-from magnetar.admin.https import bind_socket, serve_https
+from magnetar.admin.https import serve_https
 from magnetar.admin.lookup_routes import add_lookup_routes
 from magnetar.admin.policies import add_policy_routes
 from magnetar.admin.raw_entries import add_raw_entry_routes
@@ -22,7 +22,6 @@ from magnetar.admin.schema_routes import add_schema_routes
 from magnetar.admin.subscription_routes import add_subscription_routes
 from magnetar.admin.tenants import add_tenant_routes, client_lookup, namespace_guard
 from magnetar.admin.topic_routes import add_topic_routes
-from magnetar.broker.config import listen_error
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
@@ -54,7 +53,10 @@ def _domain(request: web.Request) -> str:
 
 
 class AdminServer:
-    def __init__(self, service: BrokerService) -> None:
+    """The admin application; ``AdminListener`` (admin/listener.py) owns its ports and
+    builds it on the first connection."""
+
+    def __init__(self, service: BrokerService, port: Callable[[], int]) -> None:
         self.service = service
         # Errors as Pulsar's {"reason": ...} (outermost); 404 if no namespace.
         self.app = web.Application(middlewares=[json_errors, namespace_guard(service)])
@@ -66,14 +68,10 @@ class AdminServer:
         add_raw_entry_routes(self.app, service)  # PIP-96 ingest
         add_schema_routes(self.app, service)  # schemas and their compatibility policies
         add_tenant_routes(self.app, service)  # before the topic routes, which match them too
-        add_lookup_routes(self.app, service, lambda: self.port)  # HTTP lookup service
+        add_lookup_routes(self.app, service, port)  # HTTP lookup service
         add_topic_routes(self.app, service)  # stats, internalStats, examine, unload...
         add_subscription_routes(self.app, service)  # create, skip, resetcursor...
         self.runner: web.AppRunner | None = None
-        self._sock: socket.socket | None = None
-        self.port = 0
-        self._tls_sock: socket.socket | None = None  # admin_tls_port, with TLS on
-        self.tls_port = 0
         base = "/admin/v2/{domain}/{tenant}/{namespace}"
         self.app.add_routes(
             [
@@ -90,72 +88,19 @@ class AdminServer:
             ]
         )
 
-    async def bind(self) -> None:
-        """Take the admin port without serving on it yet: whoever starts the broker
-        learns that the port is taken before the broker starts (OSError)."""
-        config = self.service.config
-        loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(
-            config.admin_host or None,
-            config.admin_port or 0,
-            type=socket.SOCK_STREAM,
-            flags=socket.AI_PASSIVE,
-        )
-        family, kind, proto, _, address = infos[0]
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()
-            raise
-        self._sock = sock
-        self.port = sock.getsockname()[1]
-        if self.service.tls_context is not None and config.admin_tls_port is not None:
-            try:
-                self._tls_sock = bind_socket(config.admin_host, config.admin_tls_port)
-            except OSError as exc:
-                await self.stop()
-                raise listen_error(
-                    "admin_tls_port", "admin_host", config.admin_host, config.admin_tls_port, exc
-                ) from None
-            self.tls_port = self._tls_sock.getsockname()[1]
-
-    async def serve(self) -> None:
-        """Serve on the port ``bind`` took (binding first if it has not)."""
-        if self._sock is None:
-            await self.bind()
-        assert self._sock is not None
+    async def serve_on(self, sock: socket.socket | None, tls_sock: socket.socket | None) -> None:
+        """Serve HTTP on ``sock`` and HTTPS on ``tls_sock`` (bound, maybe listening)."""
         self.runner = web.AppRunner(self.app, access_log=None)
         await self.runner.setup()
-        site = web.SockSite(self.runner, self._sock)
-        await site.start()
-        self._sock = None  # the site's server closes it
-        log.info("admin HTTP on http://%s:%d", self.service.config.admin_host, self.port)
-        if self._tls_sock is not None and self.service.tls_context is not None:
-            await serve_https(self.runner, self._tls_sock, self.service.tls_context)
-            self._tls_sock = None
-            log.info("admin HTTPS on https://%s:%d", self.service.config.admin_host, self.tls_port)
-
-    async def start(self) -> None:
-        await self.bind()
-        await self.serve()
+        if sock is not None:
+            await web.SockSite(self.runner, sock).start()
+        if tls_sock is not None and self.service.tls_context is not None:
+            await serve_https(self.runner, tls_sock, self.service.tls_context)
 
     async def stop(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        if self._tls_sock is not None:
-            self._tls_sock.close()
-            self._tls_sock = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.service.config.admin_host}:{self.port}"
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(
