@@ -1,9 +1,16 @@
-"""What the broker needs to know about a stored entry, parsed once from its metadata."""
+"""What the broker needs to know about a stored entry, parsed once from its metadata.
+
+An ``EntryInfo`` is a named tuple, and the topic's cache of them (``Topic._info``)
+keeps each as a plain tuple: the cyclic garbage collector stops tracking a plain
+tuple of ints and strings after its first pass, but it tracks every instance of a
+class (a dataclass or a named tuple) for as long as it lives, and a full collection
+visits each one on the event loop. 50,000 cached infos made each gen-2 pause 9-13 ms.
+"""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from magnetar.protocol.frames import parse_metadata, parse_payload
 from magnetar.protocol.murmur3 import sticky_key_hash
@@ -12,8 +19,7 @@ from magnetar.protocol.pb import pb
 NONE_KEY_HASH = sticky_key_hash(b"NONE_KEY")
 
 
-@dataclass(slots=True, frozen=True)
-class EntryInfo:
+class EntryInfo(NamedTuple):
     num_messages: int
     key_hash: int  # Key_Shared slot, 0..65535
     deliver_at: int  # epoch ms, 0 when not delayed

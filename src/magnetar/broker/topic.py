@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.dedup import MessageDeduplication
 from magnetar.broker.delayed import DEFAULT_CAPACITY as DEFAULT_DELAYED_CAPACITY
@@ -35,6 +35,8 @@ log = logging.getLogger("magnetar.broker.topic")
 
 # Without a broker to share with (a topic built on its own, as in tests).
 _INFO_CACHE_MAX = 50_000
+# An EntryInfo from the plain tuple the cache keeps, without copying it again.
+_as_info = tuple.__new__
 
 
 def _no_backoff(topic: Topic) -> RedeliveryBackoffPolicy | None:
@@ -104,7 +106,7 @@ class Topic:
         # Off until the service applies the policy in force (broker/dedup_policy.py).
         self.dedup = MessageDeduplication(self.name, ledger, loop, clock_ms)
         self.stats = TopicStats()
-        self._info: dict[int, EntryInfo] = {}
+        self._info: dict[int, tuple[Any, ...]] = {}  # EntryInfo fields, by entry id
         self.terminated = metadata.properties.get("terminated") == "true"
         self.closed = False
         self.failure: str | None = None
@@ -181,19 +183,21 @@ class Topic:
         return self.ledgers.exact(ledger_id, entry_id)
 
     def entry_info(self, entry_id: int) -> EntryInfo:
-        info = self._info.get(entry_id)
-        if info is None:
+        fields = self._info.get(entry_id)
+        if fields is None:
             info = info_from_entry(self.ledger.read(entry_id))
             self._remember(entry_id, info)
-        return info
+            return info
+        return _as_info(EntryInfo, fields)
 
     def cached_entry_info(self, entry_id: int) -> EntryInfo | None:
         """What :meth:`entry_info` gives, if it is at hand without reading the ledger."""
-        return self._info.get(entry_id)
+        fields = self._info.get(entry_id)
+        return None if fields is None else _as_info(EntryInfo, fields)
 
     def _remember(self, entry_id: int, info: EntryInfo) -> None:
         cache = self._info
-        cache[entry_id] = info
+        cache[entry_id] = tuple(info)  # plain: out of the collector's sight (entry_info.py)
         if len(cache) > self._info_cap:
             self.trim_info_cache()
 
