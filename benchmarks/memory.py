@@ -316,6 +316,11 @@ def measure(broker: Broker, result: Result) -> None:
     stalls = metrics.get('magnetar_event_loop_stalls_total{over="0.05"}')
     result.stalls = None if stalls is None else int(stalls)
     topics = metrics.get('pulsar_topics_count{cluster="standalone"}', 0)
+    gc_max = metrics.get('magnetar_gc_pause_seconds_max{generation="2"}')
+    gc_count = metrics.get('magnetar_gc_collections_total{generation="2"}')
+    if gc_max is not None:
+        result.notes.append(f"cyclic GC: {int(gc_count or 0)} full (gen-2) collections, the "
+                            f"longest {gc_max * 1000:.0f} ms (magnetar_gc_pause_seconds_max)")
     result.notes.append(f"/metrics: {int(topics)} topics loaded, the scrape took {took:.2f} s; "
                         f"the broker's threads had run {ran:.1f} s and waited {waited:.1f} s "
                         f"runnable for a CPU (schedstat)")
@@ -722,8 +727,11 @@ def main() -> int:
     log(f"floor: python -c 'import magnetar.broker.service': RSS {floor_mb:.1f} MB "
         f"(peak {floor_peak:.1f} MB)")
     served_mb, _ = floor_rss("magnetar.cli")
-    log(f"imports of 'magnetar serve' (python -c 'import magnetar.cli': the broker, "
-        f"its admin HTTP server and the CLI): RSS {served_mb:.1f} MB")
+    admin_mb, _ = floor_rss("magnetar.admin.server")
+    log(f"imports of 'magnetar serve' (python -c 'import magnetar.cli': the broker and "
+        f"the CLI): RSS {served_mb:.1f} MB; with the admin application, which loads on "
+        f"the first admin request (python -c 'import magnetar.admin.server'): "
+        f"{admin_mb:.1f} MB")
     results = []
     for name in names:
         log(f"== {name}")

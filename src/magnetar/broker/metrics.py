@@ -319,6 +319,7 @@ class _BrokerCollector(Collector):
         yield forwarded
         yield replies.round_trips.family()
         yield from self.service.loop_lag.families()
+        yield from self.service.gc_pauses.families()
 
 
     def _resources(self) -> Iterator[Metric]:
