@@ -4,6 +4,7 @@ and the persisted topic epoch."""
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import TYPE_CHECKING
 
 from magnetar.broker.producer import (
@@ -31,7 +32,9 @@ class ProducerAccess:
     """Decides whether a producer may attach, and keeps the topic epoch."""
 
     def __init__(self, topic: Topic) -> None:
-        self.topic = topic
+        # Weak: the topic owns this object, and a strong reference back would make
+        # every unloaded topic cyclic garbage for the next full collection.
+        self.topic: Topic = weakref.proxy(topic)
         self.holder: Producer | None = None
         # WaitForExclusive producers in arrival order; a list, as there are few (a
         # deque's first block would cost ~600 bytes on every loaded topic)

@@ -4,6 +4,7 @@ that lets the previous active consumer's acks land before the next one reads."""
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import TYPE_CHECKING
 
 from magnetar.protocol.pb import BaseCommand, pb
@@ -19,7 +20,8 @@ FAILOVER_SWITCH_DELAY = 1.0
 
 class FailoverHandover:
     def __init__(self, subscription: Subscription) -> None:
-        self.subscription = subscription
+        # Weak: the subscription owns this object (see ProducerAccess.topic).
+        self.subscription: Subscription = weakref.proxy(subscription)
         self.delay = FAILOVER_SWITCH_DELAY
         self._last_active: Consumer | None = None
         self._hold: asyncio.TimerHandle | None = None  # while a hand-over waits

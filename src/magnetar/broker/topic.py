@@ -401,6 +401,13 @@ class Topic:
             sub.close()
         await self.dedup.close()
         await self.ledger.close()
+        # Nothing runs on a closed topic any more: drop the references that close a
+        # cycle through it, so that refcounting frees an unloaded topic at once. As
+        # cyclic garbage (60-80 objects each) unloaded topics made up most of what a
+        # full collection visited while 10,000 topics were touched.
+        self.ledger.on_written = None
+        self.ledger.on_failure = None
+        self.subscriptions = {}
 
     def stats_dict(self) -> dict[str, object]:
         return {
