@@ -291,8 +291,8 @@ class BrokerConfig:
         default=1000,
         metadata=_help(
             "loaded topics with no producers or consumers kept at most (about 20 KB and "
-            "3 file descriptors each); beyond it the longest unused are unloaded, checked "
-            "every few seconds; 0: no bound"
+            "3 file descriptors each); beyond it the longest unused are unloaded, as soon "
+            "as loads pass it (and every few seconds); 0: no bound"
         ),
     )
     cursor_flush_interval: float = field(
