@@ -437,8 +437,11 @@ class WritePipeline:
         await self._recorder.stop(write=not failed)
         active = self._segments.active
         if active.allocated > active.size and active.fd >= 0:
+            # On a worker: a truncate waits for the file system's journal, which is
+            # slow while many topics are created (a 43 ms loop stall with 10,000).
+            loop = asyncio.get_running_loop()
             with contextlib.suppress(OSError):  # tidiness only: recovery copes
-                os.ftruncate(active.fd, active.size)
+                await loop.run_in_executor(self._executor, os.ftruncate, active.fd, active.size)
 
     def abort(self) -> None:
         """Become CLOSED at once, dropping unwritten entries (the ledger is deleted)."""
