@@ -498,14 +498,14 @@ class BrokerService:
         async def load() -> None:
             try:
                 try:
-                    opened = await self.loop.run_in_executor(self._loader, self._open_files, name)
+                    opened = await self._load_files(name)
                 except TopicUnavailable as exc:
                     # Out of file descriptors: topics nobody uses give theirs back.
                     if exc.os_errno not in (errno.EMFILE, errno.ENFILE):
                         raise
                     if not await self.relieve_descriptor_pressure():
                         raise
-                    opened = await self.loop.run_in_executor(self._loader, self._open_files, name)
+                    opened = await self._load_files(name)
                 future.set_result(self._install(name, *opened))
             except BaseException as exc:  # the waiters get it; nothing is left behind
                 future.set_exception(exc)
@@ -514,6 +514,13 @@ class BrokerService:
 
         self.loop.create_task(load())
         return future
+
+    async def _load_files(self, name: TopicName) -> tuple[ManagedLedger, TopicMetadata, LedgerIds]:
+        """``_open_files`` on a loader thread; no ledger syncs on the loop meanwhile (a
+        topic's creation keeps the file system's journal busy)."""
+        job = self.loop.run_in_executor(self._loader, self._open_files, name)
+        self._store_for(name).sync_load.job_started(job)
+        return await job
 
     def _check_loadable(self, name: TopicName, create: bool, explicit: bool) -> None:
         full = str(name)

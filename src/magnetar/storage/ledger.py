@@ -144,9 +144,10 @@ class ManagedLedger:
         if segment_files is None:
             segment_files = SegmentFiles(config.max_open_segment_files)
         self._segments = SegmentSet(segments, self._cache, self.stats, segment_files)
+        self._sync_load = sync_load if sync_load is not None else SyncLoad()
         self._pipeline = WritePipeline(
             directory, config, self._segments, self._cache, self.stats, executor,
-            sync_load if sync_load is not None else SyncLoad(), _fdatasync,
+            self._sync_load, _fdatasync,
         )
         self._executor = executor
         self._cursors = CursorStore(directory, directory / "cursors")
@@ -395,7 +396,9 @@ class ManagedLedger:
         removed, paths = self._segments.detach_before(before)
         self._read_ahead.drop_before(self.first_entry_id)
         if paths:
-            await asyncio.to_thread(delete_segment_files, paths)
+            deleting = asyncio.ensure_future(asyncio.to_thread(delete_segment_files, paths))
+            self._sync_load.job_started(deleting)  # no inline fsync meanwhile
+            await deleting
         return removed
 
     # ------------------------------------------------------------------- cursors

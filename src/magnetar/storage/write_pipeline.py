@@ -325,6 +325,7 @@ class WritePipeline:
         else:
             return
         self._job = job
+        self._sync_load.job_started(job)
 
     def _sync_inline(self, target: int) -> None:
         active = self._segments.active
