@@ -142,6 +142,31 @@ async def test_topic_grants(broker: EmbeddedBroker, keys: Keys) -> None:
             await c.create_producer(topic)
 
 
+async def test_listing_a_namespace_needs_a_grant_on_the_namespace(
+    broker: EmbeddedBroker, keys: Keys
+) -> None:
+    ns = namespace(broker, keys)
+    topic = f"persistent://{ns}/listed"
+    async with client(broker, keys, "admin") as c:
+        await (await c.create_producer(topic)).send(b"x")
+        assert topic in await c._lookup.get_topics_of_namespace(ns)
+    tpath = f"/admin/v2/persistent/{ns}/listed/permissions"
+    assert admin(broker, keys, "POST", f"{tpath}/erin", ["consume"]).status == 204
+    async with client(broker, keys, "erin") as c:
+        # A grant on one topic lets erin consume it, not list the namespace (Pulsar's
+        # GET_TOPICS namespace operation); nor may a role with no grant at all.
+        await c.subscribe(topic, "s")
+        with pytest.raises(AuthorizationError, match="GetTopicsOfNamespace"):
+            await c._lookup.get_topics_of_namespace(ns)
+    async with client(broker, keys, "mallory") as c:
+        with pytest.raises(AuthorizationError):
+            await c._lookup.get_topics_of_namespace(ns)
+    npath = f"/admin/v2/namespaces/{ns}/permissions/erin"
+    assert admin(broker, keys, "POST", npath, ["consume"]).status == 204
+    async with client(broker, keys, "erin") as c:
+        assert topic in await c._lookup.get_topics_of_namespace(ns)
+
+
 @pytest.mark.parametrize(
     ("body", "status"),
     [(["functions"], 501), (["sources"], 501), (["fly"], 400), ({"a": 1}, 400), ("x", 400)],

@@ -83,6 +83,16 @@ class AuthorizationService:
     def can_consume(self, role: str | None, topic: TopicName) -> bool:
         return self.allowed(role, topic, CONSUME)
 
+    def can_list_topics(self, role: str | None, tenant: str, namespace: str) -> bool:
+        """As Pulsar's GET_TOPICS namespace operation: a superuser, or a role granted
+        produce or consume on the namespace itself (a topic's grant is not enough)."""
+        if role is None:
+            return False
+        if role in self.superusers:
+            return True
+        granted = self._policies(tenant, namespace)["namespace_auth"].get(role, ())
+        return PRODUCE in granted or CONSUME in granted
+
     def can_lookup(self, role: str | None, topic: TopicName) -> bool:
         """As Pulsar's canLookup: whoever may produce or consume may look a topic up."""
         return self.can_produce(role, topic) or self.can_consume(role, topic)

@@ -1,7 +1,8 @@
 """The authorization checks the command handlers make, with Pulsar's words. Each
 returns at once when authorization is off (the service holds no AuthorizationService),
 and none is on a per-message path: PRODUCER, SUBSCRIBE, LOOKUP, PARTITIONED_METADATA,
-SEEK, GET_LAST_MESSAGE_ID, and the acks that carry a PIP-371 reply.
+GET_TOPICS_OF_NAMESPACE, SEEK, GET_LAST_MESSAGE_ID, and the acks that carry a PIP-371
+reply.
 """
 
 from __future__ import annotations
@@ -32,6 +33,20 @@ def require(cnx: ServerCnx, topic: TopicName, action: str, what: str = "") -> No
     why = refusal(cnx, topic, action, what)
     if why is not None:
         raise CommandError(pb.AuthorizationError, why)
+
+
+def list_topics_refusal(cnx: ServerCnx, namespace: str) -> str | None:
+    """Why GET_TOPICS_OF_NAMESPACE of ``namespace`` ("tenant/ns") is refused (None: it
+    is not)."""
+    authorization = cnx.service.authorization
+    if authorization is None:
+        return None
+    tenant, _, local = namespace.partition("/")
+    if tenant and local and "/" not in local \
+            and authorization.can_list_topics(cnx.role, tenant, local):
+        return None
+    return (f"Client is not authorized to GetTopicsOfNamespace "
+            f"(role {cnx.role!r} on {namespace})")
 
 
 def lookup_refusal(cnx: ServerCnx, topic: str, what: str) -> str | None:

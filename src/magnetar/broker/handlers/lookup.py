@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from magnetar.broker.auth.checks import lookup_refusal
+from magnetar.broker.auth.checks import list_topics_refusal, lookup_refusal
 from magnetar.broker.listeners import ListenerNotFound, is_loopback, select
 from magnetar.broker.namespaces import NamespaceNotFound
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
@@ -96,6 +96,10 @@ def handle_partitioned_metadata(cnx: ServerCnx, command: BaseCommand, frame: Fra
 
 def handle_get_topics(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     request = command.getTopicsOfNamespace
+    refused = list_topics_refusal(cnx, request.namespace)
+    if refused is not None:
+        cnx.write_error(request.request_id, pb.AuthorizationError, refused)
+        return
     topics = cnx.service.topics_of_namespace(request.namespace, request.mode)
     cnx.write_command(
         BaseCommand(
