@@ -7,8 +7,7 @@ on the admin port (and ``admin_tls_port``) at once, and connections queue in the
 kernel's backlog; when the first one arrives it imports the application in a worker
 thread (the event loop keeps serving the binary protocol meanwhile) and hands the
 listening sockets over to it, which then accepts that connection and every later one.
-The first request waits for the import (a few hundred milliseconds); ``load()`` does
-it at once, for callers that want the application in memory from the start.
+The first request waits for the import (a few hundred milliseconds).
 
 This module imports nothing of aiohttp itself.
 """
@@ -112,15 +111,6 @@ class AdminListener:
         self._unwatch()
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self._load())
-
-    async def load(self) -> AdminServer:
-        """The application, loaded now if no connection has loaded it yet."""
-        if self.server is not None:
-            return self.server
-        if self._loading is None:
-            self._unwatch()
-            self._loading = asyncio.get_running_loop().create_task(self._load())
-        return await asyncio.shield(self._loading)
 
     async def _load(self) -> AdminServer:
         try:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import avro.schema
 
+
 class Strategy(Enum):
     UNDEFINED = "UNDEFINED"  # a policy that is not set: the next level's applies
     ALWAYS_INCOMPATIBLE = "ALWAYS_INCOMPATIBLE"

@@ -101,6 +101,7 @@ class BrokerService:
         self._unloading: dict[str, asyncio.Future[None]] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._unload_wanted = asyncio.Event()  # loads passed max_unused_loaded_topics
+        self._in_use = 0  # topics with clients at the last unload pass
         # Topic loads run Python (recovery, metadata, cursors) while they hold the GIL:
         # with the default pool's six threads loading at once, the loop thread waited
         # its turn behind each of them after every system call (100-200 ms stalls while
@@ -312,6 +313,7 @@ class BrokerService:
                     await asyncio.sleep(0)  # thousands of topics: never one long stall
                 else:
                     unused.append((since, topic))
+            self._in_use = len(self.topics) - len(unused)
             if 0 < max_unused < len(unused):
                 unused.sort(key=lambda pair: pair[0])
                 excess = [topic for _since, topic in unused[: len(unused) - max_unused]]
@@ -612,7 +614,9 @@ class BrokerService:
         topic.schemas.policy_root = self.config.data_dir  # namespace schema policies
         self.topics[full] = topic
         max_unused = self.config.max_unused_loaded_topics
-        if max_unused > 0 and len(self.topics) > max_unused + _UNLOAD_GROUP:
+        # Topics in use are never unloaded: counting them keeps a broker with many of
+        # them from running a pass over every topic on every load.
+        if max_unused > 0 and len(self.topics) > max_unused + self._in_use + _UNLOAD_GROUP:
             self._unload_wanted.set()  # now, not at the next pass: see _idle_unloader
         self.compaction.topic_loaded(topic)
         topic.dedup.settings = self.dedup_settings
