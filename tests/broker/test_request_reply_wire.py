@@ -95,6 +95,12 @@ def test_second_reply_and_reply_to_gone_producer_are_dropped_and_counted(
     assert requester.expect(BaseCommand.REQUEST_RECEIPT).body == b"a1"
     assert requester.nothing_of(BaseCommand.REQUEST_RECEIPT)
     assert dropped(broker, "duplicate") == duplicates_before + 1
+    # The second reply is refused on ACK_RESPONSE although its ack had no request id:
+    # for its consumer, naming the message it answered.
+    refusal = responder.expect(BaseCommand.ACK_RESPONSE).command.ackResponse
+    assert not refusal.HasField("request_id") and refusal.consumer_id == 1
+    assert refusal.error == pb.NotAllowedError
+    assert f"{first.message_id.ledgerId}:{first.message_id.entryId}:" in refusal.message
     gone_before = dropped(broker, "producer_gone")
     requester.send(
         BaseCommand(
@@ -306,3 +312,65 @@ def test_held_replies_are_bounded_in_bytes(tmp_path) -> None:  # type: ignore[no
         back.producer(topic, producer_id=2, name="away")
         assert back.expect(BaseCommand.REQUEST_RECEIPT).body == b"8 bytes!"
         assert back.nothing_of(BaseCommand.REQUEST_RECEIPT)
+
+
+def _refusal(peer: RawPeer, request_id: int) -> pb.CommandAckResponse:
+    response = peer.expect(BaseCommand.ACK_RESPONSE).command.ackResponse
+    assert response.request_id == request_id
+    assert response.error == pb.NotAllowedError, response
+    return response
+
+
+def test_a_reply_only_for_a_message_the_responder_was_given(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """Request A is delivered (one permit), B is not: replies at A's batch index 1 (the
+    broker once forwarded it with A's sequence id + 1, answering B), at index 1000, to
+    B itself and to A twice are each refused on their request id; A's answer goes."""
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic)
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc", permits=1)
+    requester.publish(1, name, 0, b"A")
+    requester.publish(1, name, 1, b"B")
+    a = responder.expect(BaseCommand.MESSAGE).command.message.message_id
+    assert responder.nothing_of(BaseCommand.MESSAGE)
+    forgeries = [
+        (pb.MessageIdData(ledgerId=a.ledgerId, entryId=a.entryId, batch_index=1), "holds 1"),
+        (pb.MessageIdData(ledgerId=a.ledgerId, entryId=a.entryId, batch_index=1000), "holds 1"),
+        (pb.MessageIdData(ledgerId=a.ledgerId, entryId=a.entryId + 1), "not delivered"),
+    ]
+    for request_id, (mid, why) in enumerate(forgeries, start=10):
+        responder.send(*ack_with_reply(mid, name, b"forged", request_id=request_id))
+        assert why in _refusal(responder, request_id).message
+    assert requester.nothing_of(BaseCommand.REQUEST_RECEIPT)
+    responder.send(*ack_with_reply(a, name, b"real", request_id=20))
+    assert responder.expect(BaseCommand.ACK_RESPONSE).command.ackResponse.request_id == 20
+    receipt = requester.expect(BaseCommand.REQUEST_RECEIPT)
+    assert receipt.body == b"real" and receipt.command.requestReceipt.request_sequence_id == 0
+    responder.send(*ack_with_reply(a, name, b"again", request_id=21))
+    assert "answered already" in _refusal(responder, 21).message
+    assert requester.nothing_of(BaseCommand.REQUEST_RECEIPT)
+    requester.close()
+    responder.close()
+
+
+def test_a_refused_reply_without_a_request_id_is_answered(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """The broker once answered it with a bare ERROR for request id 0, which no client
+    can match: now ACK_RESPONSE for the consumer, naming the message."""
+    requester = RawPeer(broker.port)
+    name = requester.producer(topic)
+    responder = RawPeer(broker.port)
+    responder.subscribe(topic, "rpc", permits=1)
+    requester.publish(1, name, 0, b"A")
+    a = responder.expect(BaseCommand.MESSAGE).command.message.message_id
+    forged = pb.MessageIdData(ledgerId=a.ledgerId, entryId=a.entryId, batch_index=3)
+    responder.send(*ack_with_reply(forged, name, b"forged"))
+    response = responder.expect(BaseCommand.ACK_RESPONSE).command.ackResponse
+    assert response.consumer_id == 1 and not response.HasField("request_id")
+    assert response.error == pb.NotAllowedError
+    assert f"{a.ledgerId}:{a.entryId}:3" in response.message
+    requester.close()
+    responder.close()

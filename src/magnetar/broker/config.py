@@ -469,7 +469,19 @@ class BrokerConfig:
         default=50000, metadata=_help("messages a consumer may hold unacknowledged")
     )
     rpc_reply_hold_seconds: float = field(
-        default=10.0, metadata=_help("PIP-371: seconds a reply waits for its requester")
+        default=300.0,
+        metadata=_help(
+            "PIP-371: longest a reply waits for its absent requester (it waits for the "
+            "request's own timeout, at most this), and longest a request is remembered "
+            "so that a resent copy is not stored twice"
+        ),
+    )
+    rpc_remembered_requests: int = field(
+        default=100_000,
+        metadata=_help(
+            "PIP-371: most requests remembered at once for recognising resent copies "
+            "(about 150 bytes each)"
+        ),
     )
     rpc_max_held_replies: int = field(
         default=10000, metadata=_help("PIP-371: most replies waiting at once")
@@ -658,6 +670,7 @@ class BrokerConfig:
             "rpc_reply_hold_seconds",
             "rpc_max_held_replies",
             "rpc_max_held_bytes",
+            "rpc_remembered_requests",
             "topic_idle_unload_seconds",
             "max_unused_loaded_topics",
             "entry_info_cache_max_entries",

@@ -26,6 +26,7 @@ from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.namespaces import NamespaceRegistry
 from magnetar.broker.rates import RateTracker
 from magnetar.broker.redelivery_backoff import BackoffPolicies, RedeliveryBackoffPolicy
+from magnetar.broker.request_log import RequestLog
 from magnetar.broker.retention_policies import RetentionPolicyStore
 from magnetar.broker.rpc import ReplyRouter
 from magnetar.broker.stall_tracer import StallTracer
@@ -73,6 +74,9 @@ class BrokerService:
         self.metrics = BrokerMetrics(self)
         self.rates = RateTracker()  # moving-window msg/byte rates for the stats
         self.replies = ReplyRouter(self)
+        self.requests = RequestLog(
+            config.rpc_remembered_requests, config.rpc_reply_hold_seconds, self.clock
+        )
         self.backoff_policies = BackoffPolicies(
             RedeliveryBackoffPolicy.from_config(config), config.data_dir
         )

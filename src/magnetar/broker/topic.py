@@ -220,10 +220,11 @@ class Topic:
         info: EntryInfo,
         on_receipt: Callable[[], None] | None = None,
         dedup_highest: int | None = None,
-    ) -> None:
-        """Append ``entry``; once it is durable, write the send receipt and call
-        ``on_receipt`` (the connection counts the publish pending until then).
-        ``dedup_highest``: deduplication let it through, and records it as persisted."""
+    ) -> int:
+        """Append ``entry`` and return its position; once it is durable, write the send
+        receipt and call ``on_receipt`` (the connection counts the publish pending
+        until then). ``dedup_highest``: deduplication let it through, and records it
+        as persisted."""
         cnx = producer.cnx
         producer_id = producer.producer_id
         receipt_id = self._mid_for_receipts
@@ -255,6 +256,7 @@ class Topic:
         stats.bytes_in += len(entry)
         producer.messages_in += info.num_messages
         producer.bytes_in += len(entry)
+        return entry_id
 
     def append_entry(
         self, entry: bytes, info: EntryInfo, on_durable: Callable[[int], None]

@@ -43,6 +43,7 @@ from magnetar.protocol.client_codec import (
 from magnetar.protocol.compression import compress
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.protocol.request_reply import REQUEST_TIMEOUT_PROPERTY
 
 if TYPE_CHECKING:
     from magnetar.client.client import Client
@@ -425,10 +426,14 @@ class PartitionProducer(ConnectionHandler):
                 self._fail_message(future, request, exc)
             return
         n = len(futures)
+        live = [r for r in requests if r is not None]
         metadata = encode_message_metadata(
             self._name_bytes,
             sequence_ids[0],
             int(time.time() * 1000),
+            # PIP-371: the entry says it holds requests (the broker reads no batch)
+            properties={REQUEST_TIMEOUT_PROPERTY: str(max(int(r.timeout * 1000) for r in live))}
+            if live else None,
             partition_key=first.key,
             compression=compression,
             uncompressed_size=uncompressed,
@@ -441,10 +446,9 @@ class PartitionProducer(ConnectionHandler):
         frame = encode_send(
             self.producer_id, sequence_ids[0], n, highest if n > 1 else 0, metadata, payload
         )
-        has_requests = any(r is not None for r in requests)
         self._push(_Op(sequence_ids[0], highest, frame, futures,
                        self._loop.time() + self.conf.send_timeout,
-                       requests if has_requests else None, batched=True))
+                       requests if live else None, batched=True))
 
     def _push(self, op: _Op) -> None:
         self._pending.append(op)

@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING
 from magnetar.client.errors import RequestTimeout
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
+from magnetar.protocol.request_reply import REQUEST_TIMEOUT_PROPERTY
 
 if TYPE_CHECKING:
     from magnetar.client.consumer import Consumer
     from magnetar.client.message import Message
 
-REQUEST_TIMEOUT_PROPERTY = "magnetar.request.timeout.ms"
+__all__ = ["REQUEST_TIMEOUT_PROPERTY", "PendingRequests", "ReplyResult", "Request"]
 
 # Replies that arrived before their request's send receipt, kept at most this many.
 _MAX_EARLY = 10_000

@@ -17,6 +17,7 @@ from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.broker.connection import ServerCnx
+    from magnetar.broker.consumer import Consumer
     from magnetar.broker.subscription import Subscription
     from magnetar.protocol.frames import Frame
 
@@ -44,17 +45,38 @@ def handle_ack(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
         return
     if ack.HasField("reply_to_client"):
         # The reply goes out before the ack is applied, and only for a valid ack; a
-        # refused reply leaves the request unacked, so it is delivered again.
+        # refused reply leaves the request unacked, so it is delivered again. A reply
+        # held for an absent requester applies the ack only once it is over.
         refused = checks.refusal(cnx, sub.topic.topic_name, CONSUME, "reply")
         if refused is not None:  # PIP-371: only from a role that may consume the topic
             _refuse(cnx, ack, refused, pb.AuthorizationError)
             return
         try:
-            cnx.service.replies.forward(consumer, ack, frame.body)
+            cnx.service.replies.forward(
+                consumer, ack, frame.body, lambda: _apply_later(cnx, consumer, ack, entry_ids)
+            )
         except ReplyRejected as exc:
             log.info("reply from %s rejected: %s", consumer.name, exc)
             _refuse(cnx, ack, str(exc))
             return
+    else:
+        _apply(cnx, consumer, ack, entry_ids)
+    if ack.HasField("request_id"):
+        ack_response(cnx, ack, None, None)
+
+
+def _apply_later(
+    cnx: ServerCnx, consumer: Consumer, ack: pb.CommandAck, entry_ids: list[int]
+) -> None:
+    """The ack of a reply, applied once the reply is over (maybe much later)."""
+    sub = consumer.subscription
+    if sub.topic.closed or sub.topic.subscriptions.get(sub.name) is not sub:
+        return  # the topic or subscription went meanwhile: the request comes again
+    _apply(cnx, consumer, ack, entry_ids)
+
+
+def _apply(cnx: ServerCnx, consumer: Consumer, ack: pb.CommandAck, entry_ids: list[int]) -> None:
+    sub = consumer.subscription
     if ack.ack_type == pb.CommandAck.Cumulative:
         if entry_ids[0] >= 0:
             sub.ack_cumulative(consumer, entry_ids[0])
@@ -65,8 +87,6 @@ def handle_ack(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
         partial = batch_acks.partial_acks(sub.topic, ack)
         if partial:
             batch_acks.apply_partial_acks(sub, consumer, partial)
-    if ack.HasField("request_id"):
-        ack_response(cnx, ack, None, None)
 
 
 def _entries_to_ack(sub: Subscription, ack: pb.CommandAck) -> list[int]:
@@ -100,12 +120,11 @@ def _entries_to_ack(sub: Subscription, ack: pb.CommandAck) -> list[int]:
 def _refuse(
     cnx: ServerCnx, ack: pb.CommandAck, message: str, error: int = pb.NotAllowedError
 ) -> None:
-    """Answer on the ack's request id; an ack without one carried a reply (else it
-    would not be answered at all, as Pulsar ignores bad fire-and-forget acks)."""
-    if ack.HasField("request_id"):
+    """Answer on the ack's request id. An ack without one is answered only if it carried
+    a reply (Pulsar ignores bad fire-and-forget acks): on ACK_RESPONSE for its consumer,
+    without a request id, naming the message, so the replying client can tell which."""
+    if ack.HasField("request_id") or ack.HasField("reply_to_client"):
         ack_response(cnx, ack, error, message)
-    elif ack.HasField("reply_to_client"):
-        cnx.write_error(0, error, message)
 
 
 def ack_response(
@@ -114,10 +133,10 @@ def ack_response(
     if error is None:
         cnx.write(encode_ack_response(ack.consumer_id, ack.request_id))
         return
-    response = pb.CommandAckResponse(consumer_id=ack.consumer_id, request_id=ack.request_id)
-    if error is not None:
-        response.error = error  # type: ignore[assignment]
-        response.message = message or ""
+    response = pb.CommandAckResponse(consumer_id=ack.consumer_id, message=message or "")
+    response.error = error  # type: ignore[assignment]
+    if ack.HasField("request_id"):
+        response.request_id = ack.request_id
     cnx.write_command(BaseCommand(type=T.ACK_RESPONSE, ackResponse=response))
 
 

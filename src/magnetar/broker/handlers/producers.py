@@ -17,8 +17,9 @@ from magnetar.broker.producer import SHARED, Producer
 from magnetar.broker.schemas import IncompatibleSchema, version_bytes
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
 from magnetar.protocol.fastpath import encode_send_receipt, message_id_bytes
-from magnetar.protocol.frames import parse_metadata, parse_payload
+from magnetar.protocol.frames import PayloadSection, build_entry, parse_metadata, parse_payload
 from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.protocol.request_reply import REQUEST_ROLE_PROPERTY, request_properties
 
 if TYPE_CHECKING:
     from magnetar.broker.connection import ServerCnx
@@ -226,6 +227,13 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     if topic.failure:
         send_error(cnx, send, pb.PersistenceError, topic.failure)
         return
+    request_timeout = None
+    if metadata.properties:  # the cheap test first: most messages have none
+        request_timeout, stamped_role = request_properties(metadata.properties)
+        if request_timeout is not None or stamped_role is not None:
+            if request_timeout is not None and _answer_resent_request(cnx, send, topic, producer):
+                return
+            body = _stamp_requester(cnx, section, metadata)
     dedup_highest = None
     if topic.dedup.enabled and is_tracked(metadata):
         send_highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else -1
@@ -242,7 +250,7 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     size = len(body)
     cnx.publish_started(producer, size)
     try:
-        topic.publish(
+        position = topic.publish(
             producer,
             send.sequence_id,
             send.highest_sequence_id,
@@ -254,6 +262,52 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     except BaseException:
         cnx.publish_done(producer, size)
         raise
+    if request_timeout is not None:
+        cnx.service.requests.remember(
+            topic.name, producer.name, send.sequence_id, position, request_timeout
+        )
+
+
+def _answer_resent_request(
+    cnx: ServerCnx, send: pb.CommandSend, topic: Topic, producer: Producer
+) -> bool:
+    """PIP-371: a request stored already (its receipt was lost, the client sent it again
+    after reconnecting) is answered with its first copy's id, not stored twice; one
+    whose first copy is not durable yet is refused as deduplication refuses it, and
+    the client sends it again. False: not a copy of a remembered request."""
+    first = cnx.service.requests.first_copy(topic.name, producer.name, send.sequence_id)
+    if first is None:
+        return False
+    if first > topic.ledger.last_confirmed_entry_id:
+        _answer_duplicate(cnx, send, False, topic.name, producer.name)
+        return True
+    mid = topic.message_id(first)
+    cnx.write(
+        encode_send_receipt(
+            send.producer_id,
+            send.sequence_id,
+            message_id_bytes(mid.ledger_id, mid.entry_id, -1),
+            send.highest_sequence_id,
+        )
+    )
+    log.info("request %d of %s on %s sent again: answered with its first copy %s",
+             send.sequence_id, producer.name, topic.name, mid)
+    return True
+
+
+def _stamp_requester(
+    cnx: ServerCnx, section: PayloadSection, metadata: pb.MessageMetadata
+) -> bytes:
+    """The entry to store for a request: with authentication on, stamped with the role
+    that publishes it (a reply goes only to that role's producer); a producer's own
+    role property is dropped either way, so none is ever taken on trust."""
+    kept = [kv for kv in metadata.properties if kv.key != REQUEST_ROLE_PROPERTY]
+    del metadata.properties[:]
+    metadata.properties.extend(kept)
+    role = cnx.role if cnx.service.config.authentication_enabled else None
+    if role is not None:
+        metadata.properties.add(key=REQUEST_ROLE_PROPERTY, value=role)
+    return build_entry(metadata.SerializeToString(), section.payload)
 
 
 _DUPLICATE_ID = message_id_bytes(-1, -1, -1)
