@@ -9,9 +9,9 @@
 Both patterns use magnetar's asyncio client (uvloop) on both ends, against the
 same broker in the same run:
 
-* **PIP-371**: ``producer.request(payload)``; the responder answers with
-  ``consumer.acknowledge(msg, reply=...)`` and the broker forwards the reply to
-  the requesting producer.
+* **PIP-371**: ``producer.request(payload)``; the responder is the README's worker
+  loop (``async for request in consumer.requests(): await request.reply(...)``,
+  replies pipelined) and the broker forwards the reply to the requesting producer.
 * **two-topic**: the requester publishes to a request topic with the properties
   ``correlation-id`` and ``reply-to``; the responder consumes it, publishes the
   reply to the reply topic and acks the request; the requester consumes the
@@ -170,25 +170,13 @@ async def _respond_pip371(
         consumer = await _subscribe(client, topic)
 
         async def serve() -> None:
-            # A reply returns once the broker accepted it (one round trip), so the
-            # responder answers requests concurrently rather than one after another;
-            # a refused reply fails the run.
-            loop = asyncio.get_running_loop()
-            replying: set[asyncio.Task[None]] = set()
-            failures: list[BaseException] = []
-
-            def settled(task: asyncio.Task[None]) -> None:
-                replying.discard(task)
-                if not task.cancelled() and task.exception() is not None:
-                    failures.append(task.exception())  # type: ignore[arg-type]
-
-            while True:
-                msg = await consumer.receive()
-                if failures:
-                    raise AssertionError(f"reply refused: {failures[0]!r}")
-                task = loop.create_task(consumer.acknowledge(msg, reply=msg.value))
-                replying.add(task)
-                task.add_done_callback(settled)
+            # The README's worker loop, as users write it: a reply returns once it is
+            # written (pipelined), the broker's verdict comes later; a refused reply is
+            # counted by the consumer and fails the run.
+            async for request in consumer.requests():
+                await request.reply(request.value)
+                if consumer.refused_replies:
+                    raise AssertionError("a reply was refused")
 
         await _until(stop, ready, serve())
 

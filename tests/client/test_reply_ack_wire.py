@@ -37,6 +37,8 @@ class BatchBroker:
         self.url = ""
         self.frames: list[tuple[BaseCommand, bytes]] = []
         self.answers: list[Refusal | None] = []
+        self.withheld: list[tuple[asyncio.Transport, bytes]] = []  # answers not sent yet
+        self.withhold = False
 
     def acks(self) -> list[tuple[pb.CommandAck, bytes]]:
         return [(c.ack, body) for c, body in self.frames if c.type == T.ACK]
@@ -75,7 +77,15 @@ class BatchBroker:
             if answer is not None:
                 reply.ackResponse.error = answer[0]  # type: ignore[assignment]
                 reply.ackResponse.message = answer[1]
-            transport.write(encode_command(reply))
+            if self.withhold:
+                self.withheld.append((transport, encode_command(reply)))
+            else:
+                transport.write(encode_command(reply))
+
+    def release(self) -> None:
+        for transport, frame in self.withheld:
+            transport.write(frame)
+        self.withheld.clear()
 
 
 @pytest.fixture
@@ -104,7 +114,7 @@ async def test_reply_ack_wire_format(
 ) -> None:
     broker, consumer, msgs = scripted
     assert msgs[1].producer_name == "requester"
-    await consumer.acknowledge(msgs[1], reply=b"answer-1", is_error=True)
+    await (await consumer.acknowledge(msgs[1], reply=b"answer-1", is_error=True))
     await consumer.acknowledge(msgs[0])
     await consumer.acknowledge(msgs[2])
     await _settle(consumer)
@@ -129,8 +139,8 @@ async def test_a_reply_by_message_id_leaves_the_requester_to_the_broker(
     scripted: tuple[BatchBroker, Consumer, list[Message]],
 ) -> None:
     broker, consumer, msgs = scripted
-    await consumer.acknowledge(msgs[0].message_id, reply=b"by id")
-    await consumer.acknowledge(msgs[2].message_id, reply="error by id", is_error=True)
+    await (await consumer.acknowledge(msgs[0].message_id, reply=b"by id"))
+    await (await consumer.acknowledge(msgs[2].message_id, reply="error by id", is_error=True))
     first, second = broker.acks()
     assert first[0].HasField("reply_to_client") and first[0].reply_to_client == ""
     assert first[1] == b"by id" and not first[0].reply_is_error
@@ -148,7 +158,7 @@ async def test_a_refused_reply_raises_and_leaves_the_message_unacknowledged(
     broker, consumer, msgs = scripted
     broker.answers.append((pb.NotAllowedError, "reply names requester 'x', but ..."))
     with pytest.raises(NotAllowed, match="reply names requester") as refused:
-        await consumer.acknowledge(msgs[1], reply=b"refused")
+        await (await consumer.acknowledge(msgs[1], reply=b"refused"))
     assert refused.value.code == pb.NotAllowedError
     # Message 1 is still unacknowledged: acking the other two does not ack the entry.
     await consumer.acknowledge(msgs[0])
@@ -156,7 +166,7 @@ async def test_a_refused_reply_raises_and_leaves_the_message_unacknowledged(
     await _settle(consumer)
     assert len(broker.acks()) == 1  # only the refused reply
     # Replied again and accepted, it is the last of the batch: the entry is acked.
-    await consumer.acknowledge(msgs[1], reply=b"accepted")
+    await (await consumer.acknowledge(msgs[1], reply=b"accepted"))
     reply_ack, body = broker.acks()[-1]
     assert body == b"accepted"
     (mid,) = reply_ack.message_id
@@ -171,7 +181,7 @@ async def test_the_last_message_of_a_batch_acked_during_a_reply_acks_the_entry(
     reply = asyncio.ensure_future(consumer.acknowledge(msgs[1], reply=b"answer"))
     await asyncio.sleep(0)  # the reply's ACK is on its way, naming 2 as unacked
     await consumer.acknowledge(msgs[2])
-    await reply
+    await (await reply)
     await _settle(consumer)
     entry_acks = [a for a, _ in broker.acks()
                   if not a.HasField("reply_to_client")
@@ -188,5 +198,30 @@ async def test_an_oversized_reply_is_refused_before_it_is_sent(
         await consumer.acknowledge(msgs[1], reply=too_big)
     await _settle(consumer)
     assert broker.acks() == []
-    await consumer.acknowledge(msgs[1], reply=b"fits")
+    await (await consumer.acknowledge(msgs[1], reply=b"fits"))
     assert [body for _, body in broker.acks()] == [b"fits"]
+
+
+async def test_a_reply_is_pipelined_and_its_refusal_is_never_silent(
+    scripted: tuple[BatchBroker, Consumer, list[Message]],
+) -> None:
+    """The call returns once the reply is written, before the broker's verdict; a
+    refusal nobody awaits is still counted (and logged)."""
+    broker, consumer, msgs = scripted
+    broker.withhold = True
+    broker.answers.append((pb.NotAllowedError, "refused for the test"))
+    receipts = [await consumer.acknowledge(m, reply=b"answer") for m in msgs[:2]]
+    await asyncio.sleep(0.1)
+    assert len(broker.acks()) == 2  # both replies are on the wire
+    assert not any(r.done() for r in receipts)  # and no verdict yet
+    broker.release()
+    with pytest.raises(NotAllowed, match="refused for the test"):
+        await receipts[0]
+    assert await receipts[1] is None
+    assert consumer.refused_replies == 1
+    # Refused and never awaited: counted all the same.
+    broker.withhold = False
+    broker.answers.append((pb.NotAllowedError, "refused again"))
+    await consumer.acknowledge(msgs[0], reply=b"answer")
+    await _settle(consumer)
+    assert consumer.refused_replies == 2

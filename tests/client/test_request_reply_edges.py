@@ -1,7 +1,8 @@
 """PIP-371 at its edges, with magnetar's client and a real broker: a request resent after
 its receipt was lost is stored (and run) once; a reply held for an absent requester
 waits for the request's own timeout, and is not lost when the broker stops meanwhile
-(SIGTERM or kill -9): the request was left unacknowledged, so it comes again."""
+(SIGTERM or kill -9): the request was left unacknowledged, so it comes again; the
+responder loop ``consumer.serve``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from cutting_proxy import CuttingProxy
 
 from magnetar.client import Client, RequestTimeout
+from magnetar.client.request_reply import Request
 from magnetar.testing import EmbeddedBroker
 
 WAIT = 10.0
@@ -65,7 +67,7 @@ async def test_a_request_resent_after_a_lost_receipt_is_stored_once(
             assert broker.service is not None
             resends = broker.service.requests.resends
             await _eventually(lambda: broker.service.requests.resends > resends)  # type: ignore[union-attr]
-            await consumer.acknowledge(msg, reply=b"charged")
+            await (await consumer.acknowledge(msg, reply=b"charged"))
             assert (await asyncio.wait_for(pending, WAIT)).value == b"charged"
             # Sent after the resend, so stored after it: the next message the worker
             # gets is this one, not a second copy of the request.
@@ -100,7 +102,7 @@ async def test_a_held_reply_waits_for_the_requests_own_timeout(tmp_path: Path) -
                 proxy.refuse = True
                 proxy.cut()
                 await _eventually(lambda: name not in service.topics[topic].producers)
-                await consumer.acknowledge(msg, reply=b"answer")  # held
+                await (await consumer.acknowledge(msg, reply=b"answer"))  # held
                 assert service.replies.held_replies() == 1
                 shift[0] = 15.0  # past the old fixed hold, within the request's timeout
                 await asyncio.sleep(0.3)  # the broker's expiry pass runs meanwhile
@@ -115,7 +117,7 @@ async def test_a_held_reply_waits_for_the_requests_own_timeout(tmp_path: Path) -
                 proxy.refuse = True
                 proxy.cut()
                 await _eventually(lambda: name not in service.topics[topic].producers)
-                await consumer.acknowledge(msg, reply=b"answer 2")
+                await (await consumer.acknowledge(msg, reply=b"answer 2"))
                 assert service.replies.held_replies() == 1
                 shift[0] += 3.0
                 await _eventually(lambda: service.replies.held_replies() == 0)
@@ -154,7 +156,7 @@ async def test_a_held_reply_survives_a_broker_stop(tmp_path: Path, sig: int) -> 
                 proxy.refuse = True
                 proxy.cut()
                 await _eventually(lambda: name not in _publishers(broker, topic))
-                await consumer.acknowledge(msg, reply=b"answer")  # held by the broker
+                await (await consumer.acknowledge(msg, reply=b"answer"))  # held by the broker
                 # Past several cursor flushes: an ack applied now would be on disk.
                 await asyncio.sleep(0.3)
                 assert broker.process is not None
@@ -164,9 +166,48 @@ async def test_a_held_reply_survives_a_broker_stop(tmp_path: Path, sig: int) -> 
                 broker.start()
                 again = await consumer.receive(WAIT)  # unacknowledged: it comes again
                 assert again.value == b"question"
-                await consumer.acknowledge(again, reply=b"answer after the restart")
+                await (await consumer.acknowledge(again, reply=b"answer after the restart"))
                 proxy.refuse = False
                 result = await asyncio.wait_for(pending, WAIT)
                 assert result.value == b"answer after the restart"
         finally:
             proxy.close()
+
+
+async def test_serve_answers_with_what_the_handler_returns(mclient: Client) -> None:
+    """``consumer.serve(handler, concurrency=N)``: N handlers at once, pipelined replies;
+    a handler that raises answers with an error reply, one that returns None acks."""
+    topic = _topic("rr-serve")
+    consumer = await mclient.subscribe(topic, "calc", subscription_type="shared")
+    producer = await mclient.create_producer(topic)
+    running = 0
+    most = 0
+
+    async def handler(request: Request) -> bytes | None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await asyncio.sleep(0.05)
+            if request.value == b"fail":
+                raise ValueError("cannot")
+            if request.value == b"ignore":
+                return None
+            return request.value.upper()
+        finally:
+            running -= 1
+
+    server = asyncio.ensure_future(consumer.serve(handler, concurrency=4))
+    try:
+        asked = [producer.request_async(f"q{i}".encode(), timeout=WAIT) for i in range(12)]
+        results = await asyncio.wait_for(asyncio.gather(*asked), WAIT)
+        assert sorted(r.value for r in results) == sorted(f"Q{i}".encode() for i in range(12))
+        assert 1 < most <= 4
+        failed = await producer.request(b"fail", timeout=WAIT)
+        assert failed.is_error and failed.value == b"ValueError: cannot"
+        with pytest.raises(RequestTimeout):
+            await producer.request(b"ignore", timeout=0.5)
+        assert consumer.refused_replies == 0
+    finally:
+        await consumer.close()
+        await asyncio.wait_for(server, WAIT)  # returns once the consumer is closed

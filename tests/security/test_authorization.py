@@ -223,7 +223,7 @@ async def test_a_reply_needs_consume_permission(broker: EmbeddedBroker, keys: Ke
         pending = asyncio.ensure_future(producer.request(b"again", timeout=30))
         msg = await consumer.receive()
         with pytest.raises(AuthorizationError):
-            await consumer.acknowledge(msg, reply=b"not allowed any more")
+            await (await consumer.acknowledge(msg, reply=b"not allowed any more"))
         pending.cancel()
 
 

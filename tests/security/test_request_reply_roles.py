@@ -82,7 +82,7 @@ async def test_a_held_reply_goes_only_to_the_requesting_role(
             proxy.cut()
             await _eventually(lambda: "asker" not in service.topics[topic].producers)
             forwarded = service.replies.forwarded
-            await consumer.acknowledge(msg, reply=b"SECRET ANSWER for alice")
+            await (await consumer.acknowledge(msg, reply=b"SECRET ANSWER for alice"))
             assert service.replies.held_replies() == 1
 
             impostor = await mallory.create_producer(topic, producer_name="asker")
@@ -114,7 +114,7 @@ async def test_batched_requests_route_with_authentication(
         pending = [producer.request_async(f"q{i}".encode(), timeout=WAIT) for i in range(3)]
         for _ in range(3):
             msg = await consumer.receive(WAIT)
-            await consumer.acknowledge(msg, reply=msg.value.upper())
+            await (await consumer.acknowledge(msg, reply=msg.value.upper()))
         results = await asyncio.wait_for(asyncio.gather(*pending), WAIT)
         assert sorted(r.value for r in results) == [b"Q0", b"Q1", b"Q2"]
 
@@ -122,4 +122,4 @@ async def test_batched_requests_route_with_authentication(
         await producer.send(b"not a request")
         msg = await consumer.receive(WAIT)
         with pytest.raises(NotAllowed, match="no requester role"):
-            await consumer.acknowledge(msg, reply=b"to whom?")
+            await (await consumer.acknowledge(msg, reply=b"to whom?"))

@@ -265,6 +265,28 @@ class Connection(asyncio.Protocol):
         receives an intermediate PRODUCER_SUCCESS with ``producer_ready=false``;
         from then on the request waits without a timeout (PIP-68 WaitForExclusive).
         """
+        future = self.send_request(
+            cmd, request_id, timeout=timeout, on_waiting=on_waiting, body=body
+        )
+        try:
+            return await future
+        finally:
+            pending = self._pending.pop(request_id, None)
+            if pending is not None and pending.timer is not None:
+                pending.timer.cancel()
+
+    def send_request(
+        self,
+        cmd: BaseCommand,
+        request_id: int,
+        *,
+        timeout: float | None = None,
+        on_waiting: Callable[[BaseCommand], None] | None = None,
+        body: bytes | None = None,
+    ) -> asyncio.Future[BaseCommand]:
+        """Send a command and return the future of its response, without waiting for
+        it (pipelining); the response, an ERROR, the timeout or the connection's end
+        settles it."""
         if self.closed:
             raise self.close_reason or ConnectError("connection is closed")
         future: asyncio.Future[BaseCommand] = self._loop.create_future()
@@ -275,12 +297,7 @@ class Connection(asyncio.Protocol):
             self.send_command(cmd)
         else:
             self.write(encode_command_with_body(cmd, body))
-        try:
-            return await future
-        finally:
-            pending = self._pending.pop(request_id, None)
-            if pending is not None and pending.timer is not None:
-                pending.timer.cancel()
+        return future
 
     def _request_timed_out(self, request_id: int, kind: int) -> None:
         pending = self._pending.pop(request_id, None)

@@ -15,15 +15,17 @@ import inspect
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
+from magnetar.client import responder
 from magnetar.client.acks import BatchAcker
 from magnetar.client.dead_letter import LetterProducers
 from magnetar.client.errors import AlreadyClosed, PulsarError, TimeoutError
 from magnetar.client.message import Message
 from magnetar.client.payload_processor import PayloadProcessingError
 from magnetar.client.receiver_queue import ReceiverQueue
-from magnetar.client.request_reply import Request
+from magnetar.client.request_reply import ReplyReceipt, Request
+from magnetar.client.responder import Handler
 from magnetar.client.retry_topic import reconsume_later
 from magnetar.client.topic_consumer import (
     INITIAL_POSITIONS,
@@ -87,6 +89,7 @@ class Consumer:
         self._by_partition: dict[int, TopicConsumer] = {}
         self._partitioned_topics: dict[str, int] = {}
         self._closed = False
+        self.refused_replies = 0  # PIP-371 replies the broker did not accept
         self._listener = message_listener
         self._listener_task: asyncio.Task[None] | None = None
         self._discovery_task: asyncio.Task[None] | None = None
@@ -358,39 +361,52 @@ class Consumer:
             "its topic)"
         )
 
+    @overload
+    async def acknowledge(
+        self, message: Message | MessageId, *, reply: None = None, is_error: bool = False
+    ) -> None: ...
+
+    @overload
+    async def acknowledge(
+        self, message: Message | MessageId, *, reply: bytes | str, is_error: bool = False
+    ) -> ReplyReceipt: ...
+
     async def acknowledge(
         self,
         message: Message | MessageId,
         *,
         reply: bytes | str | None = None,
         is_error: bool = False,
-    ) -> None:
+    ) -> ReplyReceipt | None:
         """Acknowledge one message. Grouped acks return once queued (see
         :meth:`flush_acks`).
 
         PIP-371: with ``reply`` (``is_error`` for an error result) the ack goes out
-        at once carrying the reply for the message's producer, and this returns when
-        the broker accepted it.  Given a :class:`Message`, the ack names its producer;
-        given a :class:`MessageId`, the broker finds the requester from the stored
-        request.  A reply larger than the broker's ``max_message_size`` raises
-        :class:`~magnetar.client.errors.MessageTooBig` without sending anything, and
-        a reply the broker refuses raises the error for its code (e.g.
-        :class:`~magnetar.client.errors.NotAllowed`); the message then stays
-        unacknowledged, to be delivered again.
+        at once carrying the reply for the message's producer.  Replying is
+        pipelined: this returns once the reply is written, with a receipt (an
+        awaitable) that the broker's verdict settles: ``await`` it to learn whether
+        the broker accepted the reply; a refused one raises the error for its code
+        there (e.g. :class:`~magnetar.client.errors.NotAllowed`), and is logged and
+        counted in :attr:`refused_replies` whether awaited or not; the message then
+        stays unacknowledged, to be delivered again.  Given a :class:`Message`, the
+        ack names its producer; given a :class:`MessageId`, the broker finds the
+        requester from the stored request.  A reply larger than the broker's
+        ``max_message_size`` raises :class:`~magnetar.client.errors.MessageTooBig` at
+        once, without sending anything.
         """
         if reply is None and type(message) is Message:
             sub = message._consumer  # the hot path: a message received here
             if sub is not None and sub._parent is self and not self._closed:
                 sub.acknowledge_message(message)
-                return
+                return None
         self._check_open()
         sub, message_id, acker = self._sub_for(message)
         if reply is not None:
             body = reply.encode() if isinstance(reply, str) else bytes(reply)
             requester = message.producer_name if isinstance(message, Message) else ""
-            await sub.reply(message_id, requester, acker, body, is_error)
-            return
+            return await sub.reply(message_id, requester, acker, body, is_error)
         sub.acknowledge(message_id, acker)
+        return None
 
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge this message and every earlier one of its topic (or partition)."""
@@ -502,6 +518,20 @@ class Consumer:
                 await self.acknowledge(msg)
                 continue
             yield request
+
+    async def serve(
+        self,
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        skip_expired: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """PIP-371 responder loop: run ``handler`` on each request (up to
+        ``concurrency`` at once) and reply with what it returns; replies are
+        pipelined.  Returns when the consumer closes.  See
+        :mod:`magnetar.client.responder`."""
+        await responder.serve(self, handler, concurrency, skip_expired, clock)
 
     # ------------------------------------------------------------------ closing
 

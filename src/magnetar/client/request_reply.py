@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from magnetar.client.consumer import Consumer
     from magnetar.client.message import Message
 
-__all__ = ["REQUEST_TIMEOUT_PROPERTY", "PendingRequests", "ReplyResult", "Request"]
+__all__ = ["REQUEST_TIMEOUT_PROPERTY", "PendingRequests", "ReplyReceipt", "ReplyResult", "Request"]
 
 # Replies that arrived before their request's send receipt, kept at most this many.
 _MAX_EARLY = 10_000
@@ -47,6 +47,10 @@ _MAX_EARLY = 10_000
 _MAX_EXPIRED = 10_000
 
 RequestKey = tuple[int, int, int]  # (ledger, entry, batch index)
+
+# What sending a reply returns: settled by the broker's verdict (None: accepted; the
+# error for its code: refused).
+ReplyReceipt = asyncio.Future[None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,12 +311,13 @@ class Request:
         deadline = self.deadline_ms
         return deadline is not None and self._clock() * 1000 > deadline
 
-    async def reply(self, value: bytes | str, *, is_error: bool = False) -> None:
-        """Acknowledge the request with ``value`` as its reply (sent at once); returns
-        when the broker accepted it.  Raises
-        :class:`~magnetar.client.errors.MessageTooBig` (nothing sent) or the error the
-        broker refused it with; the request then stays unacknowledged."""
-        await self._consumer.acknowledge(self.message, reply=value, is_error=is_error)
+    async def reply(self, value: bytes | str, *, is_error: bool = False) -> ReplyReceipt:
+        """Acknowledge the request with ``value`` as its reply.  Pipelined: returns once
+        the reply is written, with a receipt the broker's verdict settles later (await
+        it to learn of a refusal; a refused reply is logged and counted either way,
+        and the request stays unacknowledged).  Raises
+        :class:`~magnetar.client.errors.MessageTooBig` at once (nothing sent)."""
+        return await self._consumer.acknowledge(self.message, reply=value, is_error=is_error)
 
     async def acknowledge(self) -> None:
         """Acknowledge without replying (e.g. an expired request)."""

@@ -44,6 +44,10 @@ def _new_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
 
 
+async def _settled(receipt: _rr.ReplyReceipt) -> None:
+    await receipt
+
+
 class _LoopThread:
     """An event loop running forever in a daemon thread."""
 
@@ -207,8 +211,16 @@ class Consumer:
         *,
         reply: bytes | str | None = None,
         is_error: bool = False,
-    ) -> None:
-        self._runner.run(self._consumer.acknowledge(message, reply=reply, is_error=is_error))
+    ) -> concurrent.futures.Future[None] | None:
+        """With ``reply`` (PIP-371), returns once the reply is written, with a future the
+        broker's verdict settles (``result()`` raises a refusal)."""
+        if reply is None:
+            self._runner.run(self._consumer.acknowledge(message))
+            return None
+        receipt = self._runner.run(
+            self._consumer.acknowledge(message, reply=reply, is_error=is_error)
+        )
+        return self._runner.submit(_settled(receipt))
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         self._runner.run(self._consumer.acknowledge_cumulative(message))
@@ -313,8 +325,12 @@ class Request:
     def is_expired(self) -> bool:
         return self._request.is_expired()
 
-    def reply(self, value: bytes | str, *, is_error: bool = False) -> None:
-        self._runner.run(self._request.reply(value, is_error=is_error))
+    def reply(
+        self, value: bytes | str, *, is_error: bool = False
+    ) -> concurrent.futures.Future[None]:
+        """Returns once the reply is written, with a future the broker's verdict settles."""
+        receipt = self._runner.run(self._request.reply(value, is_error=is_error))
+        return self._runner.submit(_settled(receipt))
 
     def acknowledge(self) -> None:
         self._runner.run(self._request.acknowledge())

@@ -37,6 +37,7 @@ from magnetar.client.payload_processor import (
     PayloadProcessor,
     process_entry,
 )
+from magnetar.client.request_reply import ReplyReceipt
 from magnetar.client.schema import SchemaInfo
 from magnetar.protocol.client_codec import encode_flow, split_entry
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
@@ -504,20 +505,23 @@ class TopicConsumer(ConnectionHandler):
         acker: BatchAcker | None,
         body: bytes,
         is_error: bool,
-    ) -> None:
+    ) -> ReplyReceipt:
         """PIP-371: acknowledge ``message_id`` with a reply for its producer.
 
         ``requester`` is the request's producer name, or ``""`` to have the broker
         route the reply by the name stored with the request.  The ACK carries a
         request id and leaves with this loop round's other writes (not grouped with
         other acknowledgements, which may wait), so a handler answering a burst of
-        requests sends its replies in one write; this returns once the broker
-        accepted it (ACK_RESPONSE).
+        requests sends its replies in one write.
 
+        Replying is pipelined: this returns once the reply is written, with a receipt
+        (a future) that the broker's verdict (ACK_RESPONSE) settles later: ``None``
+        when it accepted the reply, the error for its code when it refused it (the
+        request then stays unacknowledged here and at the broker, so it comes
+        again).  A refused reply is logged and counted
+        (:attr:`Consumer.refused_replies`) whether or not anyone awaits the receipt.
         A reply larger than the broker's ``max_message_size`` raises
-        :class:`MessageTooBig` before anything is sent; a reply the broker refuses
-        raises the error for its code.  Either way the request stays unacknowledged
-        here and at the broker, so it is delivered again.
+        :class:`MessageTooBig` at once, before anything is sent.
 
         The ACK names the request by its full id (with the batch index); for a
         batch that still has unacknowledged messages it carries their ``ack_set``
@@ -551,12 +555,46 @@ class TopicConsumer(ConnectionHandler):
             if any(rest):
                 data.ack_set.extend(rest)
                 whole_entry = False
-        response = (await conn.request(cmd, request_id, body=body)).ackResponse
-        if response.HasField("error"):
-            raise error_for_code(response.error, response.message)
+        receipt: ReplyReceipt = self._loop.create_future()
+        response = conn.send_request(cmd, request_id, body=body)
+        response.add_done_callback(
+            lambda done: self._reply_verdict(done, receipt, message_id, acker, whole_entry)
+        )
+        return receipt
+
+    def _reply_verdict(
+        self,
+        response: asyncio.Future[BaseCommand],
+        receipt: ReplyReceipt,
+        message_id: MessageId,
+        acker: BatchAcker | None,
+        whole_entry: bool,
+    ) -> None:
+        """The broker's verdict on a reply: the ack's bookkeeping, or a refusal that is
+        logged, counted and set on the receipt (marked retrieved: it was logged)."""
+        error: BaseException | None
+        if response.cancelled():
+            error = AlreadyClosed(f"the reply to {message_id} was cancelled")
+        else:
+            error = response.exception()
+            if error is None:
+                answer = response.result().ackResponse
+                if answer.HasField("error"):
+                    error = error_for_code(answer.error, answer.message)
+        if error is not None:
+            self._parent.refused_replies += 1
+            log.warning("reply to %s on %s not accepted: %s", message_id, self.topic, error)
+            if not receipt.done():
+                receipt.set_exception(error)
+                receipt.exception()
+            return
         # Accepted: the message is acknowledged (the rest of the bookkeeping of _ack).
+        if not receipt.done():
+            receipt.set_result(None)
         if self._unacked is not None:
             self._unacked.remove(message_id)
+        position = (message_id.ledger_id, message_id.entry_id)
+        index = message_id.batch_index
         if index >= 0 and acker is not None:
             if not acker.ack(index):
                 return  # the entry is acked when all of its messages are
