@@ -1,8 +1,9 @@
 """The authorization checks the command handlers make, with Pulsar's words. Each
 returns at once when authorization is off (the service holds no AuthorizationService),
 and none is on a per-message path: PRODUCER, SUBSCRIBE, LOOKUP, PARTITIONED_METADATA,
-GET_TOPICS_OF_NAMESPACE, SEEK, GET_LAST_MESSAGE_ID, and the acks that carry a PIP-371
-reply.
+GET_TOPICS_OF_NAMESPACE, SEEK, GET_LAST_MESSAGE_ID, GET_SCHEMA, GET_OR_CREATE_SCHEMA,
+and the acks that carry a PIP-371 reply. tests/security/test_authorization_walk.py
+sends every command with a role that has no grant.
 """
 
 from __future__ import annotations
