@@ -93,3 +93,19 @@ def test_get_schema_of_a_topic_still_loading_waits_for_it(
     peer.close()
     assert not answer.HasField("error_code"), answer.error_message
     assert answer.schema.schema_data == schema.schema_data
+
+
+def test_a_partitioned_topics_schema_is_read_from_its_partitions(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    broker.create_partitioned_topic(topic, 2)
+    peer = RawPeer(broker.port)
+    schema = pb.Schema(
+        name="rec", schema_data=b'{"type":"record","name":"R","fields":[]}', type=pb.Schema.Json
+    )
+    assert not get_or_create(peer, topic + "-partition-0", schema, 1).HasField("error_code")
+    read = get_schema(peer, topic, 2)  # the base name, as Pulsar keeps one schema for all
+    assert read.schema.schema_data == schema.schema_data
+    # Versions are added through a partition; the base name is no topic of its own.
+    assert get_or_create(peer, topic, schema, 3).error_code == pb.TopicNotFound
+    peer.close()
