@@ -305,6 +305,12 @@ def error_code(frame: Frame) -> int | None:
         "error"
     ):
         return command.partitionMetadataResponse.error
+    if kind == T.GET_SCHEMA_RESPONSE and command.getSchemaResponse.HasField("error_code"):
+        return command.getSchemaResponse.error_code
+    if kind == T.GET_OR_CREATE_SCHEMA_RESPONSE and command.getOrCreateSchemaResponse.HasField(
+        "error_code"
+    ):
+        return command.getOrCreateSchemaResponse.error_code
     return None
 
 
@@ -371,6 +377,10 @@ def topic_expectation(kind: int, topic: str) -> tuple[frozenset[int], int] | Non
         return frozenset({T.LOOKUP_RESPONSE}), pb.InvalidTopicName
     if kind == T.PARTITIONED_METADATA:
         return frozenset({T.PARTITIONED_METADATA_RESPONSE}), pb.InvalidTopicName
+    if kind == T.GET_SCHEMA:  # as Pulsar, in the schema commands' own responses
+        return frozenset({T.GET_SCHEMA_RESPONSE}), pb.InvalidTopicName
+    if kind == T.GET_OR_CREATE_SCHEMA:
+        return frozenset({T.GET_OR_CREATE_SCHEMA_RESPONSE}), pb.InvalidTopicName
     return frozenset({T.ERROR}), pb.InvalidTopicName
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from magnetar.protocol.frames import encode_command
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker
 
@@ -42,6 +43,10 @@ def test_schema_versions_are_created_fetched_and_checked(
         b'[{"name":"a","type":"int","default":1}]}',
         type=pb.Schema.Json,
     )
+    # As Pulsar's getTopicIfExists: the command does not create a topic.
+    missing_topic = get_or_create(peer, topic, v1, 9)
+    assert missing_topic.error_code == pb.TopicNotFound
+    peer.producer(topic)
     first = get_or_create(peer, topic, v1, 1)
     assert not first.HasField("error_code")
     assert get_or_create(peer, topic, v1, 2).schema_version == first.schema_version
@@ -65,4 +70,42 @@ def test_schema_versions_are_created_fetched_and_checked(
     )
     assert invalid.error_code == pb.IncompatibleSchema
     assert "Invalid schema definition data for JSON schema" in invalid.error_message
+    peer.close()
+
+
+def test_get_schema_of_a_topic_still_loading_waits_for_it(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    peer = RawPeer(broker.port)
+    schema = pb.Schema(
+        name="rec", schema_data=b'{"type":"record","name":"R","fields":[]}', type=pb.Schema.Json
+    )
+    producer = BaseCommand(
+        type=BaseCommand.PRODUCER,
+        producer=pb.CommandProducer(topic=topic, producer_id=1, request_id=1, schema=schema),
+    )
+    get = BaseCommand(
+        type=BaseCommand.GET_SCHEMA, getSchema=pb.CommandGetSchema(request_id=2, topic=topic)
+    )
+    # One write: the GET_SCHEMA is read while the PRODUCER's load of the new topic runs.
+    peer.sock.sendall(encode_command(producer) + encode_command(get))
+    answer = peer.expect(BaseCommand.GET_SCHEMA_RESPONSE).command.getSchemaResponse
+    peer.close()
+    assert not answer.HasField("error_code"), answer.error_message
+    assert answer.schema.schema_data == schema.schema_data
+
+
+def test_a_partitioned_topics_schema_is_read_from_its_partitions(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    broker.create_partitioned_topic(topic, 2)
+    peer = RawPeer(broker.port)
+    schema = pb.Schema(
+        name="rec", schema_data=b'{"type":"record","name":"R","fields":[]}', type=pb.Schema.Json
+    )
+    assert not get_or_create(peer, topic + "-partition-0", schema, 1).HasField("error_code")
+    read = get_schema(peer, topic, 2)  # the base name, as Pulsar keeps one schema for all
+    assert read.schema.schema_data == schema.schema_data
+    # Versions are added through a partition; the base name is no topic of its own.
+    assert get_or_create(peer, topic, schema, 3).error_code == pb.TopicNotFound
     peer.close()

@@ -1,8 +1,10 @@
 """The authorization checks the command handlers make, with Pulsar's words. Each
 returns at once when authorization is off (the service holds no AuthorizationService),
-and none is on a per-message path: PRODUCER, SUBSCRIBE, LOOKUP, PARTITIONED_METADATA,
-GET_TOPICS_OF_NAMESPACE, SEEK, GET_LAST_MESSAGE_ID, and the acks that carry a PIP-371
-reply.
+and none is on a per-message path: PRODUCER (and its initial subscription), SUBSCRIBE,
+LOOKUP, PARTITIONED_METADATA, GET_TOPICS_OF_NAMESPACE, SEEK, GET_LAST_MESSAGE_ID,
+GET_SCHEMA, GET_OR_CREATE_SCHEMA, and the acks that carry a PIP-371 reply.
+tests/security/test_authorization_walk.py sends every command with a role that has
+no grant.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ def require(cnx: ServerCnx, topic: TopicName, action: str, what: str = "") -> No
     why = refusal(cnx, topic, action, what)
     if why is not None:
         raise CommandError(pb.AuthorizationError, why)
+
+
+def require_producer(cnx: ServerCnx, topic: TopicName, initial_subscription: str) -> None:
+    """PRODUCER's check: produce, and consume too when it asks for an initial
+    subscription (PIP-124), as Pulsar checks SUBSCRIBE for it: a role that may only
+    produce would otherwise create a subscription that holds the topic's entries."""
+    require(cnx, topic, PRODUCE)
+    if initial_subscription:
+        require(cnx, topic, CONSUME, f"subscribe (initial subscription {initial_subscription!r})")
 
 
 def list_topics_refusal(cnx: ServerCnx, namespace: str) -> str | None:

@@ -7,7 +7,6 @@ import logging
 from typing import TYPE_CHECKING
 
 from magnetar.broker.auth import checks
-from magnetar.broker.auth.authorization import PRODUCE
 from magnetar.broker.dedup import DUP, NOT_DUP, highest_sequence_id, is_tracked
 from magnetar.broker.entry_info import info_from_metadata
 from magnetar.broker.exclusive import ProducerRefused
@@ -47,7 +46,8 @@ def handle_producer(
             f"producer id {producer_id} is already in use on this connection",
         )
     name = topic_name(request.topic)
-    checks.require(cnx, name, PRODUCE)  # before the topic is created for it
+    # Before the topic is created for it.
+    checks.require_producer(cnx, name, request.initial_subscription_name)
     topic = get_topic(cnx, name, create=True)
     if topic.terminated:
         raise CommandError(pb.TopicTerminatedError, f"topic {topic.name} is terminated")
