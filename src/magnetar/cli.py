@@ -21,6 +21,7 @@ from magnetar.broker.config import (
     default_of,
     load_config,
 )
+from magnetar.broker.gc_freeze import GcFreezer
 from magnetar.commands import register as register_client_commands
 from magnetar.commands import run as run_client_command
 from magnetar.logs import configure_logging
@@ -139,9 +140,13 @@ async def serve(config: BrokerConfig) -> None:
     # which run on the event loop. Only for the process `serve` owns, not an embedder's.
     gc.collect()
     gc.freeze()
+    # Then a full collection that runs long freezes its survivors too (gc_freeze.py).
+    freezer = GcFreezer(config.gc_freeze_after_pause, loop.call_soon_threadsafe)
+    freezer.install()
     print(f"magnetar {__version__} ready on {config.service_url}", file=sys.stderr, flush=True)
     await stop.wait()
     log.info("shutting down: flushing topics")
+    freezer.uninstall()
     await server.stop()
 
 

@@ -147,6 +147,15 @@ class BrokerConfig:
             "what it is running (a diagnostic; needs the lag probe on); 0 disables"
         ),
     )
+    gc_freeze_after_pause: float = field(
+        default=0.02,
+        metadata=_help(
+            "magnetar serve only: after a full cyclic garbage collection longer than this "
+            "many seconds, what survived it is frozen out of the collector (gc.freeze), so "
+            "later full collections stay short however many topics and connections are "
+            "loaded (cyclic garbage among frozen objects is never freed); 0 disables"
+        ),
+    )
     dispatch_before_sync: bool = field(
         default=True,
         metadata=_help(
@@ -664,6 +673,7 @@ class BrokerConfig:
             "idle_poll_us",
             "loop_lag_probe_interval",
             "loop_stall_trace_seconds",
+            "gc_freeze_after_pause",
             "cache_max_bytes",
             "default_partitions",
             "max_partitions_per_topic",

@@ -71,6 +71,10 @@ def dispatch_round(sub: Subscription) -> bool:
             if entry_id in pending or cursor.is_acked(entry_id) or entry_id < ledger.first_entry_id:
                 sub.replay.discard(entry_id)
                 continue
+            # Delayed entries come due long after they were cached: read them on a
+            # worker thread, not one pread at a time on the loop (100k due at once).
+            if ledger.is_cold(entry_id) and _wait_for_read_ahead(sub, entry_id, byte_budget):
+                return False
             info = topic.entry_info(entry_id)
             if uses_keys and info.key_hash in blocked_keys:
                 continue
@@ -176,7 +180,12 @@ def rescan_overflow(sub: Subscription, now_ms: int) -> None:
         ):
             position += 1
             continue
-        info = topic.entry_info(position)
+        info = topic.cached_entry_info(position)
+        if info is None:
+            if topic.ledger.is_cold(position) and _wait_for_read_ahead(
+                    sub, position, READ_AHEAD_MIN_BYTES):
+                break  # resumed from here once the run is in
+            info = topic.entry_info(position)
         if info.deliver_at > now_ms:
             if not tracker.add(position, info.deliver_at):
                 break  # full again: resume here once it drains

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 SAMPLE_INTERVAL = 1.0  # seconds between samples
 WINDOW = 10.0  # seconds of history a rate is measured over
+# Topics sampled before the sampler yields to the loop: a pass over 5,000 loaded topics
+# and their producers in one callback stalled every connection 150-200 ms each second.
+SAMPLE_CHUNK = 250
 
 
 class MovingRate:
@@ -113,7 +116,12 @@ class RateTracker:
 
     async def run(self, topics: Callable[[], Iterable[Topic]], clock: Callable[[], float],
                   interval: float = SAMPLE_INTERVAL) -> None:
-        """The periodic sampler (a broker timer)."""
+        """The periodic sampler (a broker timer); a pass yields to the loop every
+        SAMPLE_CHUNK topics."""
         while True:
             await asyncio.sleep(interval)
-            self.sample(clock(), list(topics()))
+            loaded = list(topics())
+            for start in range(0, len(loaded), SAMPLE_CHUNK):
+                if start:
+                    await asyncio.sleep(0)
+                self.sample(clock(), loaded[start : start + SAMPLE_CHUNK])
