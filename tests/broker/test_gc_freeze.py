@@ -68,3 +68,24 @@ def test_disabled_at_zero_and_installs_nothing() -> None:
     finally:
         enabled.uninstall()
     assert enabled.on_gc not in gc.callbacks
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the collector frees it
+
+
+def test_cyclic_garbage_frozen_alive_is_reclaimed_every_nth_freeze(thawed: None) -> None:
+    import weakref
+
+    freezer = GcFreezer(0.02, lambda _: None, clock=Clock(), reclaim_every=3)
+    node = _Node()
+    gone = weakref.ref(node)
+    freezer.freeze()  # frozen while alive
+    del node  # now cyclic garbage, out of the collector's sight
+    freezer.freeze()
+    gc.collect()
+    assert gone() is not None  # still frozen
+    freezer.freeze()  # the third: given back, collected
+    assert gone() is None
+    assert freezer.reclaims == 1

@@ -10,11 +10,15 @@ any thread) to move every object that survived into the permanent generation
 (``gc.freeze``), which no later collection visits. The next full collections scan
 only what came since, so each stays near ``threshold`` however many topics are loaded.
 
-The price: an object frozen here that later becomes part of a reference cycle is
-never freed by the collector (refcounting still frees everything acyclic; unloaded
-topics are freed by refcounting alone, see topic.py). ``freezes`` and
-``gc.get_freeze_count()`` say how much was frozen. Only ``magnetar serve`` installs it:
-an embedded broker never freezes its host's objects.
+The price: an object frozen here that later becomes cyclic garbage (a connection
+frozen alive that closed since) is not freed by the collector while it stays frozen
+(refcounting still frees everything acyclic; unloaded topics are freed by refcounting
+alone, see topic.py). So that such garbage stays bounded, every ``reclaim_every``-th
+freeze first gives the frozen objects back and runs one full collection over
+everything (one long pause then, instead of a leak that grows with connection churn).
+``freezes``, ``reclaims`` and ``gc.get_freeze_count()`` say how much was frozen.
+Only ``magnetar serve`` installs it: an embedded broker never freezes its host's
+objects.
 
 The clock is a parameter and ``on_gc`` can be called directly, so tests need no
 collection of a given length.
@@ -35,11 +39,15 @@ class GcFreezer:
     """``install()`` ... ``uninstall()``; ``schedule`` runs a callable on the loop
     thread soon (``loop.call_soon_threadsafe``)."""
 
-    __slots__ = ("_clock", "_pending", "_schedule", "_started", "freezes", "threshold")
+    __slots__ = ("_clock", "_pending", "_schedule", "_started", "freezes", "reclaim_every",
+                 "reclaims", "threshold")
 
     def __init__(self, threshold: float, schedule: Callable[[Callable[[], None]], Any],
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 reclaim_every: int = 16) -> None:
         self.threshold = threshold
+        self.reclaim_every = reclaim_every
+        self.reclaims = 0
         self._schedule = schedule
         self._clock = clock
         self._started = 0.0
@@ -73,8 +81,13 @@ class GcFreezer:
         """Freeze every tracked object; the young generations are collected first so
         that garbage made since the full collection is not frozen with the rest."""
         self._pending = False
-        gc.collect(1)
-        gc.freeze()
         self.freezes += 1
+        if self.freezes % self.reclaim_every == 0:
+            gc.unfreeze()  # what became garbage while frozen is collected now
+            gc.collect()
+            self.reclaims += 1
+        else:
+            gc.collect(1)
+        gc.freeze()
         log.debug("froze the survivors of a long full collection: %d objects frozen in all",
                   gc.get_freeze_count())
