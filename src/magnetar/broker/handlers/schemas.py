@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from magnetar.broker.handlers.common import get_topic, topic_name
+from magnetar.broker.handlers.errors import CommandError
 from magnetar.broker.schemas import IncompatibleSchema, SchemaRegistry, version_bytes
 from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.broker.connection import ServerCnx
+    from magnetar.broker.topic import Topic
     from magnetar.protocol.frames import Frame
 
 T = BaseCommand.Type
@@ -19,7 +21,12 @@ def handle_get_schema(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> Non
     request = command.getSchema
     response = pb.CommandGetSchemaResponse(request_id=request.request_id)
     name = topic_name(request.topic)
-    topic = cnx.service.find_topic(name)
+    try:  # a topic still loading raises TopicLoading: asked again once it is loaded
+        topic: Topic | None = get_topic(cnx, name, create=False)
+    except CommandError as exc:
+        if exc.error not in (pb.TopicNotFound, pb.NotAllowedError):
+            raise  # ServiceNotReady (unloading) or a storage failure: an ERROR, retried
+        topic = None
     version = None
     if request.HasField("schema_version") and len(request.schema_version) == 8:
         version = int.from_bytes(request.schema_version, "big", signed=True)
