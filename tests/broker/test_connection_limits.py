@@ -317,3 +317,74 @@ def test_past_max_connections_per_ip_that_address_is_refused_others_are_not(
         assert refusal is None
         for sock in (first, second, other):
             assert_works(sock)
+
+
+# ------------------------------------------------------------- before CONNECT
+
+
+def test_a_large_frame_before_connect_closes_the_connection_at_its_size_field(
+    tmp_path: Any, official: Callable[[EmbeddedBroker], Any], warnings: Warnings
+) -> None:
+    """Before CONNECT a frame may declare at most max_frame_size_before_connect bytes:
+    the four size bytes alone close the connection; after CONNECT the same frame is
+    an ordinary one."""
+    size = 100_000
+    with EmbeddedBroker(
+        data_dir=tmp_path, connect_timeout=60, frame_timeout=60,
+        max_frame_size_before_connect=20_000,
+    ) as broker:
+        round_trip = official(broker)
+        stranger = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+        stranger.sendall(struct.pack(">I", size))
+        said = errors(read_until_closed(stranger))
+        assert any(
+            f"frame declares {size} bytes, over the limit of 20000 bytes "
+            "(max_frame_size_before_connect)" in message
+            for message in said
+        ), said
+        assert sum("frame too large before CONNECT" in line for line in warnings.lines) == 1
+        peer = RawPeer(broker.port)
+        name = peer.producer(f"persistent://public/default/big-{time.monotonic_ns()}")
+        peer.publish(1, name, 0, b"x" * size)  # answered with a receipt
+        round_trip("after")
+
+
+def test_partial_frames_before_connect_share_one_budget(
+    tmp_path: Any, official: Callable[[EmbeddedBroker], Any], warnings: Warnings
+) -> None:
+    """Connections that have not completed CONNECT hold partial frames out of one
+    budget, max_unauthenticated_buffer_bytes: the read that takes the total past it
+    closes its connection; the others keep theirs, and a CONNECT still gets through."""
+    part = 30_000
+    with EmbeddedBroker(
+        data_dir=tmp_path, connect_timeout=60, frame_timeout=60,
+        max_unauthenticated_buffer_bytes=100_000,
+    ) as broker:
+        round_trip = official(broker)
+        assert broker.service is not None
+        budget = broker.service.unauthenticated_buffers
+        frame = struct.pack(">I", 60_000) + b"\x00" * (part - 4)
+        held = []
+        for expected in (part, 2 * part, 3 * part):
+            sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+            sock.sendall(frame)
+            held.append(sock)
+            deadline = time.monotonic() + DEADLINE
+            while on_loop(broker, lambda: budget.bytes) < expected:
+                assert time.monotonic() < deadline, "the broker never read the frame"
+                time.sleep(0.01)
+        over = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+        over.sendall(frame)
+        said = errors(read_until_closed(over))
+        assert any("over max_unauthenticated_buffer_bytes (100000)" in m for m in said), said
+        assert on_loop(broker, lambda: (budget.bytes, budget.refused)) == (3 * part, 1)
+        assert any("max_unauthenticated_buffer_bytes" in line for line in warnings.lines)
+        RawPeer(broker.port)  # a whole CONNECT holds nothing: it gets CONNECTED
+        round_trip("at the budget")
+        for sock in held:
+            assert not broker_spoke(sock)  # still open, nothing said
+            sock.close()
+        deadline = time.monotonic() + DEADLINE
+        while on_loop(broker, lambda: budget.bytes):
+            assert time.monotonic() < deadline, "closed connections still count"
+            time.sleep(0.01)

@@ -14,6 +14,7 @@ from magnetar.admin.compaction_routes import add_compaction_routes
 from magnetar.admin.dedup_routes import add_dedup_routes
 from magnetar.admin.errors import json_errors
 from magnetar.admin.https import serve_https
+from magnetar.admin.inputs import checked_input
 from magnetar.admin.lookup_routes import add_lookup_routes
 from magnetar.admin.policies import add_policy_routes
 from magnetar.admin.raw_entries import add_raw_entry_routes
@@ -58,8 +59,11 @@ class AdminServer:
 
     def __init__(self, service: BrokerService, port: Callable[[], int]) -> None:
         self.service = service
-        # Errors as Pulsar's {"reason": ...} (outermost); 404 if no namespace.
-        self.app = web.Application(middlewares=[json_errors, namespace_guard(service)])
+        # Errors as Pulsar's {"reason": ...} (outermost); names and bodies the broker
+        # cannot take (400); 404 if no namespace.
+        self.app = web.Application(
+            middlewares=[json_errors, checked_input, namespace_guard(service)]
+        )
         secure_admin(self.app, service)  # authentication first; the permission routes
         add_policy_routes(self.app, service)  # first: DELETE .../{topic} would match them
         add_dedup_routes(self.app, service)  # likewise

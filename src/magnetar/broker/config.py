@@ -243,11 +243,30 @@ class BrokerConfig:
         ),
     )
     max_connections_per_ip: int = field(
-        default=0,
+        default=5000,
         metadata=_help(
             "connections one client address may hold at once (as Pulsar's "
-            "brokerMaxConnectionsPerIp); past it a new one gets an error and is "
-            "closed; 0: no limit"
+            "brokerMaxConnectionsPerIp, whose default is 0); past it a new one gets an "
+            "error and is closed; half of max_connections by default, so that one address "
+            "cannot take every slot, yet a proxy or a host running thousands of clients "
+            "still fits; 0: no limit"
+        ),
+    )
+    max_frame_size_before_connect: int = field(
+        default=68 * 1024,
+        metadata=_help(
+            "bytes a frame may declare before CONNECT has completed (authentication "
+            "included); a larger one closes the connection before any of it is held. "
+            "Room for 64 KiB of credentials (the most the broker accepts: large OAuth2 "
+            "or Kerberos tokens) and the rest of a CONNECT; 0: max_message_size's limit"
+        ),
+    )
+    max_unauthenticated_buffer_bytes: int = field(
+        default=16 * 1024 * 1024,
+        metadata=_help(
+            "bytes of partial frames that all connections which have not completed "
+            "CONNECT (authentication included) may hold together; a read that takes "
+            "the total past it closes its connection; 0: no limit"
         ),
     )
     max_pending_publish_requests_per_connection: int = field(
@@ -689,6 +708,8 @@ class BrokerConfig:
             "frame_timeout",
             "max_connections",
             "max_connections_per_ip",
+            "max_frame_size_before_connect",
+            "max_unauthenticated_buffer_bytes",
             "max_pending_publish_requests_per_connection",
             "max_message_publish_buffer_bytes",
             "dispatch_max_bytes_per_round",

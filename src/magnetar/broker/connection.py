@@ -8,7 +8,10 @@ receipts or messages costs one syscall. A connection that cannot keep up
 A connection holds nothing for long on a peer's word: one that has not sent CONNECT
 within ``connect_timeout`` is closed, and so is one whose partial frame is not
 complete ``frame_timeout`` after its first byte (slowloris); past ``max_connections``
-(or ``max_connections_per_ip``) a new connection is told so and closed.
+(or ``max_connections_per_ip``) a new connection is told so and closed. Nor much:
+until CONNECT has completed (authentication included) a frame may declare at most
+``max_frame_size_before_connect`` bytes, and such connections' partial frames share
+one budget, ``max_unauthenticated_buffer_bytes``; past either the connection is closed.
 
 Backpressure reaches the peer's socket: the broker stops reading a connection
 (``transport.pause_reading``) while it has ``max_pending_publish_requests_per_connection``
@@ -78,7 +81,15 @@ class ServerCnx(asyncio.Protocol):
         self.service = service
         self.loop = service.loop
         self.id = next(_connection_ids)
-        self.decoder = FrameDecoder(max_frame_size(service.config.max_message_size))
+        config = service.config
+        # Until CONNECT completes, the peer is a stranger: a small frame limit, and its
+        # partial frame counted in the broker's budget for strangers (_unproven bytes).
+        self._frame_limit = max_frame_size(config.max_message_size)
+        self.decoder = FrameDecoder(
+            min(config.max_frame_size_before_connect or self._frame_limit, self._frame_limit)
+        )
+        self._strangers = service.unauthenticated_buffers
+        self._unproven = 0
         self._activity = service.idle_poller.activity
         self.transport: asyncio.Transport | None = None
         self.remote_address = "?"
@@ -157,6 +168,7 @@ class ServerCnx(asyncio.Protocol):
             return
         self._admitted = False
         self.service.connection_limits.release(self._ip)
+        self._proven()
         if self.auth is not None:
             self.auth.stop()
         for timer in (self._keepalive, self._connect_timer, self._frame_timer):
@@ -278,6 +290,13 @@ class ServerCnx(asyncio.Protocol):
         except ProtocolError as exc:
             self._framing_failure(exc)
             return
+        if not self.connected and decoder.buffered != self._unproven:
+            held = decoder.buffered
+            over = self._strangers.change(held - self._unproven)
+            self._unproven = held
+            if over:
+                self._drop(self._strangers.refusal(held), pb.ServiceNotReady)
+                return
         if decoder.buffered:
             # A partial frame: its clock starts with its first byte, which came now
             # unless the same frame was already partial before this read.
@@ -366,8 +385,20 @@ class ServerCnx(asyncio.Protocol):
         else:
             self.close()
 
+    def _proven(self) -> None:
+        """The connection leaves the strangers' budget (CONNECT completed, or it closed)."""
+        if self._unproven:
+            self._strangers.change(-self._unproven)
+            self._unproven = 0
+
     def _framing_failure(self, exc: ProtocolError) -> None:
-        if isinstance(exc, FrameTooLarge):
+        if isinstance(exc, FrameTooLarge) and not self.connected:
+            self._protocol_failure(
+                f"frame too large before CONNECT completed: {exc} "
+                f"(max_frame_size_before_connect)",
+                pb.NotAllowedError,
+            )
+        elif isinstance(exc, FrameTooLarge):
             self._protocol_failure(f"frame too large: {exc}", pb.NotAllowedError)
         else:
             self._protocol_failure(f"malformed frame: {exc}", pb.UnknownError)
@@ -632,6 +663,8 @@ class ServerCnx(asyncio.Protocol):
         if not self.alive:
             return
         self.connected = True
+        self._proven()
+        self.decoder.max_frame_size = self._frame_limit
         self.client_version = connect.client_version
         self.protocol_version = min(connect.protocol_version, MAX_PROTOCOL_VERSION)
         self.supports_request_reply = connect.feature_flags.supports_request_reply

@@ -1,6 +1,7 @@
 """Broker-wide limits on connections: how many the broker holds, and how many one
 client address holds (Pulsar's brokerMaxConnections and brokerMaxConnectionsPerIp);
-and how many bytes of publishes wait for their receipts (maxMessagePublishBufferSizeInMB)."""
+how many bytes of partial frames connections hold before CONNECT has completed; and
+how many bytes of publishes wait for their receipts (maxMessagePublishBufferSizeInMB)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,37 @@ class ConnectionLimits:
             self.per_ip[ip] = held
         else:
             self.per_ip.pop(ip, None)
+
+
+class UnauthenticatedBuffers:
+    """Bytes of partial frames held by connections that have not completed CONNECT
+    (nor authentication), all together. Such a peer has proven nothing, so what it
+    may make the broker hold is one budget, ``limit`` bytes (0: none), whatever the
+    number of connections."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.bytes = 0
+        self.peak = 0  # the most ever held at once
+        self.refused = 0  # connections closed for taking the total past the limit
+
+    def change(self, delta: int) -> bool:
+        """A connection holds ``delta`` bytes more (or fewer); True if the total is
+        now over the limit (the caller closes that connection and gives them back)."""
+        total = self.bytes + delta
+        self.bytes = total
+        if total > self.peak:
+            self.peak = total
+        return 0 < self.limit < total
+
+    def refusal(self, held: int) -> str:
+        """Count a connection closed for the budget; why, for its ERROR and the log."""
+        self.refused += 1
+        return (
+            f"connections that have not completed CONNECT hold {self.bytes} bytes of "
+            f"partial frames, over max_unauthenticated_buffer_bytes ({self.limit}); "
+            f"this one held {held}"
+        )
 
 
 class PublishBuffer:

@@ -20,7 +20,7 @@ from magnetar.broker.connection import ServerCnx
 from magnetar.broker.dedup_policy import DedupPolicies, settings_from_config
 from magnetar.broker.gc_pauses import GcPauseRecorder
 from magnetar.broker.idle_poll import IdlePoller
-from magnetar.broker.limits import ConnectionLimits, PublishBuffer
+from magnetar.broker.limits import ConnectionLimits, PublishBuffer, UnauthenticatedBuffers
 from magnetar.broker.loop_lag import LoopLagProbe
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.namespaces import NamespaceRegistry
@@ -66,6 +66,9 @@ class BrokerService:
             config.max_connections, config.max_connections_per_ip
         )
         self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_bytes)
+        self.unauthenticated_buffers = UnauthenticatedBuffers(
+            config.max_unauthenticated_buffer_bytes
+        )
         self.loop_lag = LoopLagProbe(config.loop_lag_probe_interval)
         self.stall_tracer = StallTracer(config.loop_stall_trace_seconds)
         self.gc_pauses = GcPauseRecorder()

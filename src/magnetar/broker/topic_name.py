@@ -1,4 +1,6 @@
-"""Topic names: ``persistent://tenant/ns/local``, ``non-persistent://...``, short names."""
+"""Topic names: ``persistent://tenant/ns/local``, ``non-persistent://...``, short names;
+and the rule every name that becomes a file name obeys (:func:`name_problem`), wherever
+it comes from (the binary protocol, the admin API)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,29 @@ PARTITION_SUFFIX = "-partition-"
 _PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
 _SEGMENT_RE = re.compile(r"^[A-Za-z0-9_.=:\-]+$")
 _LOCAL_FORBIDDEN = re.compile(r"[\x00-\x1f/]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def name_problem(kind: str, name: str) -> str | None:
+    """Why ``name`` cannot be a ``kind`` (tenant, namespace, topic, subscription) name
+    the broker stores, or None: empty, a control character, text that is not Unicode
+    (a lone surrogate), or too long for a file name. Judged before anything touches
+    the file system; Pulsar's own rules on a tenant's or topic's characters are
+    :meth:`TopicName.parse`'s."""
+    if not name:
+        return f"{kind} name is empty"
+    control = _CONTROL.search(name)
+    if control is not None:
+        return (
+            f"{kind} name {name[:40]!r} holds a control character "
+            f"({control.group()!r} at {control.start()})"
+        )
+    try:
+        name.encode()
+    except UnicodeEncodeError as exc:
+        return f"{kind} name {name[:40]!r} is not Unicode text (a lone surrogate at {exc.start})"
+    too_long = too_long_for_a_file(name)
+    return f"{kind} name {too_long}" if too_long else None
 
 
 class InvalidTopicName(ValueError):

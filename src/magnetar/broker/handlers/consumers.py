@@ -15,9 +15,9 @@ from magnetar.broker.handlers.common import get_topic, topic_name
 from magnetar.broker.handlers.errors import CommandError
 from magnetar.broker.schemas import IncompatibleSchema
 from magnetar.broker.subscription import SubscriptionError
+from magnetar.broker.topic_name import name_problem
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
-from magnetar.storage.store import too_long_for_a_file
 
 if TYPE_CHECKING:
     from magnetar.broker.connection import ServerCnx
@@ -44,9 +44,9 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
         raise CommandError(pb.NotAllowedError, "subscription name is empty")
     name = topic_name(request.topic)
     checks.require(cnx, name, CONSUME)  # before the topic is created for it
-    too_long = too_long_for_a_file(request.subscription)
-    if too_long:
-        raise CommandError(pb.NotAllowedError, f"subscription name {too_long}")
+    problem = name_problem("subscription", request.subscription)
+    if problem:
+        raise CommandError(pb.NotAllowedError, problem)
     topic = get_topic(cnx, name, create=request.force_topic_creation)
     if request.HasField("schema"):
         # Judged before the subscription is touched, so that a refused consumer holds
