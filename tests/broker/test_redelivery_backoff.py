@@ -5,6 +5,7 @@ its backoff has passed); a slow machine only makes gaps longer."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pulsar
 import pytest
 
+from magnetar.client import Client, MultiplierRedeliveryBackoff
 from magnetar.testing import EmbeddedBroker
 
 from .helpers import RECEIVE_MS
@@ -114,3 +116,42 @@ def test_a_consumer_crash_is_not_delayed_a_nack_is(
     with pytest.raises(pulsar.Timeout):  # a nack is held
         late = survivor.receive(timeout_millis=2000)
         pytest.fail(f"{late.data()!r} redelivered at once after a nack")
+
+
+@pytest.mark.parametrize("subscription_type", ["shared", "exclusive"])
+def test_a_consumer_that_backs_off_itself_is_not_held_by_the_broker(
+    long_hold_broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client], topic: str,
+    subscription_type: str,
+) -> None:
+    """magnetar's client declares magnetar.redelivery-backoff=client: its own backoff
+    (0.2 s doubling) spaces its redeliveries, the broker's 10 minutes do not stack on
+    it; an official consumer on the same topic is held by the broker's policy."""
+    service = long_hold_broker.service
+    assert service is not None
+    official = client_factory(long_hold_broker.service_url).subscribe(
+        topic, "official", consumer_type=CT.Shared, negative_ack_redelivery_delay_ms=100)
+
+    async def scenario() -> list[int]:
+        async with Client(long_hold_broker.service_url) as ours:
+            consumer = await ours.subscribe(
+                topic, "ours", subscription_type=subscription_type,
+                negative_ack_redelivery_backoff=MultiplierRedeliveryBackoff(0.2, 0.8, 2))
+            producer = await ours.create_producer(topic)
+            await producer.send(b"poison")
+            counts = []
+            held = service.topics[topic].subscriptions["ours"].delayed
+            for _ in range(4):
+                msg = await consumer.receive(20)  # a broker hold would take 10 minutes
+                counts.append(msg.redelivery_count)
+                consumer.negative_acknowledge(msg)
+                assert len(held) == 0
+            return counts
+
+    assert asyncio.run(scenario()) == [0, 1, 2, 3]
+    msg = official.receive(timeout_millis=RECEIVE_MS)
+    official.negative_acknowledge(msg)
+    held = service.topics[topic].subscriptions["official"].delayed
+    deadline = time.monotonic() + 30
+    while len(held) == 0:  # the policy is in force: the official client's nack is held
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

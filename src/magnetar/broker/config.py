@@ -334,7 +334,8 @@ class BrokerConfig:
             "broker-side redelivery backoff (PIP-106 for clients without it): a message "
             "named in a redelivery request (a negative ack) is held back "
             "min(max, min * multiplier ** redelivery count) ms before it goes out again; "
-            "a consumer that disconnects is not waited for. The default of every "
+            "a consumer that disconnects is not waited for, nor one that backs off "
+            "itself (magnetar's client declares it). The default of every "
             "subscription; namespaces and topics may set their own (admin API). 0: off"
         ),
     )

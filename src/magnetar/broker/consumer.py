@@ -30,6 +30,11 @@ class Consumer:
     closed: bool = False
     told_end_of_topic: bool = False
     announced: bool = False  # SUBSCRIBE answered: the client knows this consumer id
+    # SUBSCRIBE's metadata (shown in stats) and the capabilities it declares, read once
+    # at subscribe (protocol/capabilities.py): dispatch tests the flags, nothing else.
+    metadata: dict[str, str] = field(default_factory=dict)
+    reads_foreign_entries: bool = False
+    backs_off_itself: bool = False
 
     def can_receive(self, max_unacked: int) -> bool:
         return (

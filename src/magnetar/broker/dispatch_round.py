@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.batch_acks import unacked_part
 from magnetar.broker.compacted_dispatch import compacted_round
 from magnetar.broker.dispatchers import SubType
+from magnetar.broker.shield import as_one_message
 from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
@@ -214,8 +215,13 @@ def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) 
 def hand_over(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo,
               entry: bytes, num_messages: int, ack_set: list[int] | None) -> int:
     """Give ``entry`` to ``consumer``: it is pending on it, its key held by it, and
-    counted out; returns its size in bytes."""
+    counted out; returns its size in bytes. A foreign batch goes to a consumer that
+    does not read foreign entries as one message (shield.py)."""
     topic = sub.topic
+    if info.foreign_batch and not consumer.reads_foreign_entries:
+        # PIP-96 shield: one message it can read, whole, never a batch to split.
+        entry = as_one_message(entry)
+        num_messages, ack_set = 1, None
     sub.pending[entry_id] = consumer
     sub.dispatcher.hold(info.key_hash, consumer)
     consumer.send_entry(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import NamedTuple
 
+from magnetar.broker.shield import is_foreign
 from magnetar.protocol.frames import parse_metadata, parse_payload
 from magnetar.protocol.murmur3 import sticky_key_hash
 from magnetar.protocol.pb import pb
@@ -26,6 +27,9 @@ class EntryInfo(NamedTuple):
     publish_time: int  # epoch ms
     producer_name: str
     sequence_id: int
+    # A foreign entry framed as a batch (shield.py): consumers that do not read foreign
+    # entries get it as one message. Decided here, once per entry.
+    foreign_batch: bool = False
 
 
 def info_from_metadata(metadata: pb.MessageMetadata) -> EntryInfo:
@@ -42,6 +46,11 @@ def info_from_metadata(metadata: pb.MessageMetadata) -> EntryInfo:
         metadata.publish_time,
         sys.intern(metadata.producer_name),  # one string per producer, not per entry
         metadata.sequence_id,
+        # Properties are looked at only when there are some and the entry is a batch:
+        # a Pulsar batch keeps its messages' properties in their own metadata, so an
+        # ordinary entry costs two cheap tests here, once, at publish.
+        bool(metadata.properties) and metadata.HasField("num_messages_in_batch")
+        and is_foreign(metadata),
     )
 
 

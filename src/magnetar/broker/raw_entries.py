@@ -9,8 +9,10 @@ the entry is durable under the sync policy, as a send receipt would.
 
 ``num_messages`` becomes the metadata's ``num_messages_in_batch``: the count the
 broker charges against consumers' permits and adds to its message counters, as it
-does for a Pulsar batch. It need not describe a Pulsar batch; consumers that cannot
-read the format (no PIP-96 processor) see a batch they cannot split.
+does for a Pulsar batch. It need not describe a Pulsar batch: a raw entry always
+carries an ``entry.format`` property (``raw`` unless the caller names one), so it is
+foreign (shield.py), also after a restart, and consumers that cannot read foreign
+entries get it as one message.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from magnetar.broker.entry_info import info_from_metadata
+from magnetar.broker.shield import ENTRY_FORMAT_PROPERTY, RAW_FORMAT
 from magnetar.broker.topic import TopicUnavailable
 from magnetar.broker.topic_name import TopicName
 from magnetar.protocol.client_codec import encode_message_metadata
@@ -31,7 +34,6 @@ from magnetar.storage.errors import StorageError
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
 
-ENTRY_FORMAT_PROPERTY = "entry.format"
 RAW_PRODUCER_NAME = "magnetar-raw-ingest"
 # How often a wait for durability looks whether the ledger failed (a failed ledger
 # drops its durability callbacks, so the wait would not end otherwise).
@@ -73,10 +75,11 @@ async def append_raw_entry(
 
     ``num_messages`` (at least 1) is written as ``num_messages_in_batch``; ``None``
     leaves it out (the entry is one message). ``properties`` carry the format tag,
-    e.g. ``{"entry.format": "kafka"}``; ``key`` and ``ordering_key`` route the entry
-    on Key_Shared subscriptions; ``event_time`` is in ms since the epoch.
-    ``sequence_id`` defaults to the entry's position in the log. A topic that does
-    not exist is created when ``create`` and the broker allows auto-creation.
+    e.g. ``{"entry.format": "kafka"}`` (``raw`` when they have none); ``key`` and
+    ``ordering_key`` route the entry on Key_Shared subscriptions; ``event_time`` is in
+    ms since the epoch. ``sequence_id`` defaults to the entry's position in the log. A
+    topic that does not exist is created when ``create`` and the broker allows
+    auto-creation.
 
     Raises ``ValueError`` for bad arguments or a partitioned topic (name one of its
     partitions), ``LookupError`` for a missing topic, :class:`EntryTooLarge`, and
@@ -104,6 +107,8 @@ async def append_raw_entry(
     if loaded.failure:
         raise RawEntryRefused(pb.PersistenceError, loaded.failure)
     ledger = loaded.ledger
+    if properties is None or ENTRY_FORMAT_PROPERTY not in properties:
+        properties = {**(properties or {}), ENTRY_FORMAT_PROPERTY: RAW_FORMAT}
     metadata = encode_message_metadata(
         producer_name.encode(),
         ledger.next_entry_id if sequence_id is None else sequence_id,

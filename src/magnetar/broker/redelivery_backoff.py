@@ -5,7 +5,9 @@ fixed delay. With a backoff policy in force, the broker holds a message named in
 REDELIVER_UNACKNOWLEDGED_MESSAGES request back for ``delay_ms(redelivery_count)``
 before it dispatches it again, on top of whatever delay the client applied. A
 redelivery because a consumer went away is never held (PIP-106: a crash does not
-respect the backoff).
+respect the backoff), and neither is a redelivery asked for by a consumer that declared
+``magnetar.redelivery-backoff=client`` at subscribe (magnetar's client: it times its
+own, and a policy here would stack on it).
 
 Where a topic's policy comes from, most specific first: the topic's own policy (the
 admin API; kept in its metadata), its namespace's (kept in the namespace's policies

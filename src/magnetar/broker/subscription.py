@@ -7,7 +7,8 @@ go out again (negative ack, consumer gone, redeliver request) waits in the
 
 With a redelivery backoff in force (see redelivery_backoff.py), an entry a consumer
 asked to have redelivered waits in the delayed-delivery tracker until its backoff has
-passed, instead of going to the replay set at once; other entries go out meanwhile.
+passed, instead of going to the replay set at once; other entries go out meanwhile. A
+consumer that backs off itself (magnetar's client) is not held so.
 Redelivery counts live in the durable cursor's ``RedeliveryCounts`` (persisted with
 the position, bounded), or in one of the subscription's own for a reader; so do the
 messages still unacked of partly acked batches (``batch_acks``, see batch_acks.py).
@@ -235,7 +236,7 @@ class Subscription:
         if entry_ids is None:
             self.return_pending(consumer, list(consumer.pending), count_redelivery=True)
         else:
-            self.return_pending(consumer, entry_ids, True, self.redelivery_backoff())
+            self.return_pending(consumer, entry_ids, True, self.redelivery_backoff(consumer))
         self.schedule_dispatch()
 
     def rewind(self, consumer: Consumer, counted: list[int]) -> None:
@@ -246,13 +247,17 @@ class Subscription:
         come after the others)."""
         counted_set = set(counted)
         pending = list(consumer.pending)
-        backoff = self.redelivery_backoff()
+        backoff = self.redelivery_backoff(consumer)
         self.return_pending(consumer, [e for e in pending if e in counted_set], True, backoff)
         self.return_pending(consumer, [e for e in pending if e not in counted_set], False)
         self.schedule_dispatch()
 
-    def redelivery_backoff(self) -> RedeliveryBackoffPolicy | None:
-        """The redelivery backoff in force on this subscription (None: off)."""
+    def redelivery_backoff(self, consumer: Consumer) -> RedeliveryBackoffPolicy | None:
+        """The redelivery backoff in force on this subscription for ``consumer`` (None:
+        off). None for a consumer that times its own redeliveries (it declared
+        ``magnetar.redelivery-backoff=client``): a broker backoff would stack on its own."""
+        if consumer.backs_off_itself:
+            return None
         return self.topic.redelivery_backoff_of(self.topic)
 
     # ------------------------------------------------------------ positions

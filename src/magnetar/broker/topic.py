@@ -446,6 +446,7 @@ class Topic:
                             "unackedMessages": len(c.pending),
                             "msgOutCounter": c.messages_out,
                             "address": c.cnx.remote_address,
+                            "metadata": dict(c.metadata),
                         }
                         for c in sub.consumers
                     ],

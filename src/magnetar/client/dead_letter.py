@@ -223,7 +223,7 @@ class LetterProducers:
         ``properties`` to ``topic``."""
         producer = await self.producer(topic, dead_letters=dead_letters)
         return await producer.send(
-            msg.value, key=msg.key, ordering_key=msg.ordering_key, properties=properties,
+            msg.data(), key=msg.key, ordering_key=msg.ordering_key, properties=properties,
             event_time=msg.event_time, deliver_after=deliver_after,
         )
 

@@ -226,8 +226,23 @@ class Message:
         )
 
 
+class DecodedMessage(Message):
+    """A message a PIP-96 payload processor made with a schema: ``value`` is the
+    payload decoded by it (see ``SchemaInfo.decode``), ``data()`` the payload's bytes."""
+
+    __slots__ = ("_data",)
+    _data: bytes
+
+    def data(self) -> bytes:
+        return self._data
+
+    def __repr__(self) -> str:
+        return f"<Message {self.message_id} topic={self.topic!r} key={self.key!r} " \
+               f"value={self.value!r:.60}>"
+
+
 def received(
-    value: bytes,
+    value: Any,
     position: tuple[int, int],
     index: int,
     topic: str,
@@ -237,6 +252,7 @@ def received(
     producer_name: str,
     meta: EntryFields | bytes,
     single: pb.SingleMessageMetadata | None,
+    cls: type[Message] = Message,
 ) -> Message:
     """A message of a received entry (the consumer's hot path).
 
@@ -247,7 +263,7 @@ def received(
     message of a batch keeps the fields its entry's messages share and its own
     ``single`` metadata.
     """
-    msg: Message = _new_object(Message)
+    msg: Message = _new_object(cls)
     msg.value = value
     msg.topic = topic
     msg.redelivery_count = redelivery_count

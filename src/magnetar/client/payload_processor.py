@@ -8,14 +8,16 @@ processor instead of cutting it into messages itself::
             if context.get_property("entry.format") == "csv":
                 rows = payload.copy().splitlines()
                 for index, row in enumerate(rows):
-                    emit(context.message_at(index, len(rows), MessagePayload(row), False, schema))
+                    emit(context.message_at(index, len(rows), MessagePayload.wrap(row), False,
+                                            schema))
             else:
                 PayloadProcessor.DEFAULT.process(payload, context, schema, emit)
 
 ``payload`` is a :class:`MessagePayload` (the entry's payload, decompressed as its
-metadata says, viewed without a copy); ``context`` an :class:`EntryContext` (the
-entry's metadata, and the factory of its messages); ``emit`` takes each
-:class:`~magnetar.client.message.Message` in order. :data:`DEFAULT_PROCESSOR`
+metadata says, viewed without a copy; ``MessagePayload.wrap`` makes one of any
+bytes-like object); ``context`` an :class:`EntryContext` (the entry's metadata, and the
+factory of its messages, which decode values by ``schema`` when given one); ``emit``
+takes each :class:`~magnetar.client.message.Message` in order. :data:`DEFAULT_PROCESSOR`
 (also ``PayloadProcessor.DEFAULT``) decodes Pulsar's own format exactly as a
 consumer without a processor does.
 
@@ -34,14 +36,14 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from google.protobuf.message import DecodeError
 
 from magnetar.client.acks import BatchAcker
 from magnetar.client.errors import PulsarError
-from magnetar.client.message import EntryFields, Message, received
-from magnetar.client.schema import SchemaInfo
+from magnetar.client.message import DecodedMessage, EntryFields, Message, received
+from magnetar.client.schema import SchemaInfo, value_decoder
 from magnetar.protocol.client_codec import split_batch
 from magnetar.protocol.compression import decompress
 from magnetar.protocol.errors import MalformedFrame, ProtocolError
@@ -81,6 +83,25 @@ class MessagePayload:
         self._data = data
         self._view: memoryview | None = None  # made on first use
         self._offset = 0  # where the next batched message starts
+
+    @classmethod
+    def wrap(cls, data: object) -> MessagePayload:
+        """A payload of ``data``, any bytes-like object (``bytes``, ``bytearray``, a
+        ``memoryview``, an ``array``, an ``mmap``...), viewed without a copy: what
+        Java's ``MessagePayloadFactory.DEFAULT.wrap(...)`` does. A ``str`` is refused
+        (encode it first: a payload is bytes)."""
+        if isinstance(data, (bytes, bytearray)):
+            return cls(data)
+        if isinstance(data, str):
+            raise TypeError("a payload is bytes: encode the str first (text.encode())")
+        try:
+            view = memoryview(data)  # type: ignore[arg-type]  # checked here, at run time
+        except TypeError:
+            raise TypeError(
+                f"a payload wraps a bytes-like object, not {type(data).__name__}"
+            ) from None
+        # Items of any size and shape, seen as the bytes they are.
+        return cls(view if view.format == "B" and view.ndim == 1 else view.cast("B"))
 
     @property
     def view(self) -> memoryview:
@@ -209,7 +230,11 @@ class EntryContext:
         next one); otherwise ``payload`` is the message's value, and its key,
         properties and event time are unset until the processor sets them
         (``msg.key = ...``). Publish time, producer name and the sequence id
-        (the entry's plus ``index``, unless set) come from the entry.
+        (the entry's plus ``index``, unless set) come from the entry. With a
+        ``schema`` (the one ``process`` was given: the consumer's), the message's
+        ``value`` is its bytes decoded by it (``SchemaInfo.decode``: AVRO, JSON,
+        STRING, primitives) and ``data()`` the bytes; without one, or with BYTES,
+        ``value`` is the bytes.
         """
         if not 0 <= index < num_messages:
             raise IndexError(f"message index {index} outside a batch of {num_messages}")
@@ -228,22 +253,35 @@ class EntryContext:
                 metadata.publish_time, metadata.schema_version or None, metadata.sequence_id
             )
         consumer = self._consumer
-        return received(value, self._position, index, consumer.topic, self._redelivery_count,
-                        consumer, acker, self._metadata.producer_name, shared, single)
+        decode = value_decoder(schema)
+        if decode is None:
+            return received(value, self._position, index, consumer.topic,
+                            self._redelivery_count, consumer, acker,
+                            self._metadata.producer_name, shared, single)
+        return _decoded(decode, value, self._position, index, consumer.topic,
+                        self._redelivery_count, consumer, acker, self._metadata.producer_name,
+                        shared, single)
 
     def as_single_message(
         self, payload: MessagePayload, schema: SchemaInfo | None = None
     ) -> Message:
-        """The entry as one message (no batch index) whose value is ``payload`` and
-        whose metadata fields are the entry's."""
+        """The entry as one message (no batch index) whose value is ``payload`` (decoded
+        by ``schema``, as :meth:`message_at` does) and whose metadata fields are the
+        entry's."""
         consumer = self._consumer
-        return received(payload._value(), self._position, -1, consumer.topic,
+        decode = value_decoder(schema)
+        if decode is None:
+            return received(payload._value(), self._position, -1, consumer.topic,
+                            self._redelivery_count, consumer, None,
+                            self._metadata.producer_name, self._metadata_bytes, None)
+        return _decoded(decode, payload._value(), self._position, -1, consumer.topic,
                         self._redelivery_count, consumer, None, self._metadata.producer_name,
                         self._metadata_bytes, None)
 
-    def _pulsar_batch(self, payload: MessagePayload) -> list[Message]:
+    def _pulsar_batch(self, payload: MessagePayload,
+                      schema: SchemaInfo | None = None) -> list[Message]:
         """Every message of a Pulsar batch at once: what ``message_at(index, n, payload,
-        True)`` gives for each index, with one call instead of one per message
+        True, schema)`` gives for each index, with one call instead of one per message
         (DEFAULT's hot path)."""
         count = self.num_messages
         offset = payload._offset
@@ -260,6 +298,11 @@ class EntryContext:
         topic = consumer.topic
         redelivery_count = self._redelivery_count
         producer_name = metadata.producer_name
+        decode = value_decoder(schema)
+        if decode is not None:
+            return [_decoded(decode, value, position, index, topic, redelivery_count,
+                             consumer, acker, producer_name, shared, single)
+                    for index, (single, value) in enumerate(items)]
         return [received(value, position, index, topic, redelivery_count, consumer, acker,
                          producer_name, shared, single)
                 for index, (single, value) in enumerate(items)]
@@ -272,6 +315,18 @@ class EntryContext:
         if acker is None or acker.size != size:
             acker = ackers[self._position] = BatchAcker(size)
         return acker
+
+
+def _decoded(
+    decode: Callable[[bytes], Any], data: bytes, position: tuple[int, int], index: int,
+    topic: str, redelivery_count: int, consumer: Any, acker: BatchAcker | None,
+    producer_name: str, meta: EntryFields | bytes, single: pb.SingleMessageMetadata | None,
+) -> Message:
+    """``received(...)`` with a value ``decode`` made of ``data``, which ``data()`` gives."""
+    msg = received(decode(data), position, index, topic, redelivery_count, consumer, acker,
+                   producer_name, meta, single, DecodedMessage)
+    msg._data = data  # type: ignore[attr-defined]
+    return msg
 
 
 class PayloadProcessor(Protocol):
@@ -305,7 +360,7 @@ class _DefaultPayloadProcessor:
         if context._batched:  # is_batch, without the property call (hot path)
             # As Java's: emit(context.message_at(i, n, payload, True, schema)) for each
             # index, done in one call.
-            for msg in context._pulsar_batch(payload):
+            for msg in context._pulsar_batch(payload, schema):
                 emit(msg)
         else:
             emit(context.as_single_message(payload, schema))

@@ -1,12 +1,21 @@
-"""Schema information a producer or consumer declares to the broker.
+"""Schema information a producer or consumer declares to the broker, and how values decode.
 
-magnetar's client moves bytes; a schema here is only the ``SchemaInfo`` sent in
-PRODUCER/SUBSCRIBE so that the broker can check compatibility.
+magnetar's client moves bytes: a consumer's ``SchemaInfo`` is sent in SUBSCRIBE so that
+the broker can check compatibility, and its messages' ``value`` stays the payload's
+bytes. A PIP-96 payload processor is given the consumer's schema, and the messages it
+makes with it (``EntryContext.message_at(..., schema)``) have their value decoded by it,
+as Pulsar's ``Schema.decode`` does (:meth:`SchemaInfo.decode`).
 """
 
 from __future__ import annotations
 
+import io
+import json
+import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
 
 from magnetar.protocol.pb import pb
 
@@ -46,6 +55,95 @@ class SchemaInfo:
         out.schema_data = self.schema
         for key, value in self.properties.items():
             out.properties.add(key=key, value=value)
+
+    def decode(self, data: bytes) -> Any:
+        """``data`` (a message's payload) as a value of this schema, in Pulsar's
+        encodings: STRING -> ``str`` (UTF-8); JSON -> what ``json.loads`` gives; AVRO ->
+        the record as a ``dict`` (Avro binary, read with this schema's definition);
+        BOOLEAN, INT8/16/32/64, FLOAT, DOUBLE -> ``bool``/``int``/``float`` (big-endian,
+        as Pulsar writes them). NONE/BYTES, and types this client does not decode
+        (PROTOBUF, PROTOBUF_NATIVE, KEY_VALUE, ...), give the bytes as they are.
+        Raises ``ValueError`` for bytes that are not a value of the schema."""
+        decode = value_decoder(self)
+        return data if decode is None else decode(data)
+
+
+def value_decoder(schema: SchemaInfo | None) -> Callable[[bytes], Any] | None:
+    """What decodes values of ``schema``; None when they stay bytes (no schema, BYTES,
+    or a type this client does not decode)."""
+    if schema is None:
+        return None
+    kind = schema.type.upper()
+    if kind == "AVRO":
+        return _avro_decoder(schema.schema)
+    return _DECODERS.get(kind)
+
+
+def _primitive(fmt: str) -> Callable[[bytes], Any]:
+    unpack = struct.Struct(fmt).unpack
+
+    def decode(data: bytes) -> Any:
+        try:
+            return unpack(data)[0]
+        except struct.error:
+            raise ValueError(
+                f"{len(data)} bytes are no {fmt!r} value (Pulsar writes it big-endian)"
+            ) from None
+
+    return decode
+
+
+def _string(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text: {exc}") from None
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+
+
+def _boolean(data: bytes) -> bool:
+    if len(data) != 1:
+        raise ValueError(f"{len(data)} bytes are no BOOLEAN value (one byte)")
+    return data != b"\x00"
+
+
+_DECODERS: dict[str, Callable[[bytes], Any]] = {
+    "STRING": _string,
+    "JSON": _json,
+    "BOOLEAN": _boolean,
+    "INT8": _primitive(">b"),
+    "INT16": _primitive(">h"),
+    "INT32": _primitive(">i"),
+    "INT64": _primitive(">q"),
+    "FLOAT": _primitive(">f"),
+    "DOUBLE": _primitive(">d"),
+}
+
+
+@lru_cache(maxsize=64)
+def _avro_decoder(definition: bytes) -> Callable[[bytes], Any]:
+    """A reader of Avro binary values for the schema ``definition`` (parsed once)."""
+    import avro.io  # on first use: avro is 3 MB a consumer without one need not load
+    import avro.schema
+
+    try:
+        reader = avro.io.DatumReader(avro.schema.parse(definition.decode("utf-8")))
+    except Exception as exc:  # avro raises its own SchemaParseException and others
+        raise ValueError(f"not an Avro schema: {exc}") from None
+
+    def decode(data: bytes) -> Any:
+        try:
+            return reader.read(avro.io.BinaryDecoder(io.BytesIO(data)))
+        except Exception as exc:
+            raise ValueError(f"not an Avro value of the schema: {exc!r}") from None
+
+    return decode
 
 
 def StringSchema() -> SchemaInfo:

@@ -39,6 +39,7 @@ from magnetar.client.payload_processor import (
 )
 from magnetar.client.request_reply import ReplyReceipt
 from magnetar.client.schema import SchemaInfo
+from magnetar.protocol.capabilities import declared_by_client
 from magnetar.protocol.client_codec import encode_flow, split_entry
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
 from magnetar.protocol.frames import encode_command
@@ -228,6 +229,9 @@ class TopicConsumer(ConnectionHandler):
             if self._start.partition < 0 and self.partition >= 0:
                 sub.start_message_id.partition = self.partition
         for key, value in conf.properties.items():
+            sub.metadata.add(key=key, value=value)
+        for key, value in declared_by_client(conf.payload_processor is not None,
+                                             conf.properties).items():
             sub.metadata.add(key=key, value=value)
         for key, value in conf.subscription_properties.items():
             sub.subscription_properties.add(key=key, value=value)

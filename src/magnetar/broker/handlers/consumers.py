@@ -16,6 +16,7 @@ from magnetar.broker.handlers.errors import CommandError
 from magnetar.broker.schemas import IncompatibleSchema
 from magnetar.broker.subscription import SubscriptionError
 from magnetar.broker.topic_name import name_problem
+from magnetar.protocol.capabilities import capabilities
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
 
@@ -72,6 +73,7 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
     ranges: list[tuple[int, int]] | None = None
     if request.HasField("keySharedMeta") and request.keySharedMeta.keySharedMode == pb.STICKY:
         ranges = [(r.start, r.end) for r in request.keySharedMeta.hashRanges]
+    declared = capabilities(request.metadata)
     consumer = Consumer(
         cnx=cnx,
         consumer_id=request.consumer_id,
@@ -80,6 +82,9 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
         priority_level=request.priority_level,
         consumer_epoch=request.consumer_epoch if request.HasField("consumer_epoch") else None,
         hash_ranges=ranges,
+        metadata={kv.key: kv.value for kv in request.metadata},
+        reads_foreign_entries=declared.reads_foreign_entries,
+        backs_off_itself=declared.backs_off_itself,
     )
     try:
         sub.add_consumer(consumer)
