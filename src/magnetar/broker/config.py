@@ -591,6 +591,13 @@ class BrokerConfig:
         default="INFO", metadata=_help("DEBUG, INFO, WARNING, ERROR or CRITICAL")
     )
     log_format: str = field(default="json", metadata=_help("'json' or 'text'"))
+    ready_file: str | None = field(
+        default=None,
+        metadata=_help(
+            "a JSON file `magnetar serve` writes once it serves (its pid and the URLs it "
+            "listens on) and removes when it stops; `magnetar healthcheck` reads it"
+        ),
+    )
 
     @property
     def service_url(self) -> str:
