@@ -60,7 +60,7 @@ bench: $(TEST_STAMP)
 # dist/magnetar-<version>.tar.gz and dist/magnetar-<version>-py3-none-any.whl
 dist: $(BUILD_STAMP)
 	rm -rf dist
-	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m build --quiet --outdir dist .
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -96,4 +96,4 @@ def test_run_takes_port_admin_port_and_data_dir(checkout: Checkout) -> None:
 def test_dist_builds_sdist_and_wheel(checkout: Checkout) -> None:
     ran = checkout.make("dist")
     assert "python -m pip install --quiet build" in ran
-    assert ran[-1] == "python -m build --outdir dist ."
+    assert ran[-1] == "python -m build --quiet --outdir dist ."
