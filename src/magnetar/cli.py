@@ -1,6 +1,7 @@
 """The ``magnetar`` command: ``magnetar serve`` runs a broker until SIGTERM/SIGINT;
 ``magnetar repair`` cuts a topic's log before a corrupt record; ``magnetar tokens``
-makes keys and tokens for token authentication; ``admin``, ``produce``, ``consume``,
+makes keys and tokens for token authentication; ``magnetar healthcheck`` asks a
+running broker's health route; ``admin``, ``produce``, ``consume``,
 ``perf`` and ``request`` are clients (``magnetar.commands``)."""
 
 from __future__ import annotations
@@ -13,17 +14,19 @@ import signal
 import sys
 from pathlib import Path
 
-from magnetar import __version__
+from magnetar import __version__, ready_file
 from magnetar.broker.config import (
     BrokerConfig,
     ConfigError,
     config_fields,
     default_of,
     load_config,
+    os_reason,
 )
 from magnetar.broker.gc_freeze import GcFreezer
 from magnetar.commands import register as register_client_commands
 from magnetar.commands import run as run_client_command
+from magnetar.healthcheck import add_healthcheck_parser, run_healthcheck
 from magnetar.logs import configure_logging
 from magnetar.server import Server
 from magnetar.storage.dir_lock import DataDirInUse
@@ -91,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     repair.add_argument("--dry-run", action="store_true", help="only say what would be cut")
     add_tokens_parser(commands)
+    add_healthcheck_parser(commands)
     register_client_commands(commands)  # admin, produce, consume, perf, request
     return parser
 
@@ -143,8 +147,23 @@ async def serve(config: BrokerConfig) -> None:
     # Then a full collection that runs long freezes its survivors too (gc_freeze.py).
     freezer = GcFreezer(config.gc_freeze_after_pause, loop.call_soon_threadsafe)
     freezer.install()
+    ready_path = Path(config.ready_file) if config.ready_file else None
+    if ready_path is not None:
+        admin_port = server.admin.port if server.admin is not None else None
+        try:
+            ready_file.write(ready_path, ready_file.of(
+                config.host, config.port, config.admin_host, admin_port))
+        except OSError as exc:
+            await server.stop()
+            raise ConfigError(
+                "ready_file", ready_path, f"cannot write it: {os_reason(exc)}"
+            ) from None
     print(f"magnetar {__version__} ready on {config.service_url}", file=sys.stderr, flush=True)
-    await stop.wait()
+    try:
+        await stop.wait()
+    finally:  # a healthcheck from here on finds no broker
+        if ready_path is not None:
+            ready_file.remove(ready_path)
     log.info("shutting down: flushing topics")
     freezer.uninstall()
     await server.stop()
@@ -163,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "tokens":
         return run_tokens(args)
+    if args.command == "healthcheck":
+        return run_healthcheck(args)
     if args.command in ("admin", "produce", "consume", "perf", "request"):
         return run_client_command(args)
     if args.command == "repair":

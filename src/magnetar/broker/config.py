@@ -633,6 +633,13 @@ class BrokerConfig:
         default="INFO", metadata=_help("DEBUG, INFO, WARNING, ERROR or CRITICAL")
     )
     log_format: str = field(default="json", metadata=_help("'json' or 'text'"))
+    ready_file: str | None = field(
+        default=None,
+        metadata=_help(
+            "a JSON file `magnetar serve` writes once it serves (its pid and the URLs it "
+            "listens on) and removes when it stops; `magnetar healthcheck` reads it"
+        ),
+    )
 
     @property
     def service_url(self) -> str:
@@ -902,7 +909,20 @@ def _check_data_dir(path: Path) -> None:
         raise ConfigError("data_dir", path, f"{what} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         where = "" if existing == path else f" ({existing} is not)"
-        raise ConfigError("data_dir", path, f"not writable{where}")
+        raise ConfigError("data_dir", path, f"not writable{where}{_whose(existing)}")
+
+
+def _whose(directory: Path) -> str:
+    """Who this process is and who owns ``directory``: a container's user is rarely the
+    owner of a bind-mounted host directory, and the fix is to chown it to that uid."""
+    me = f"uid {os.geteuid()}, gid {os.getegid()}"
+    try:
+        owner = directory.stat()
+    except OSError:
+        return f" by this process ({me})"
+    return (f" by this process ({me}); it is owned by uid {owner.st_uid}, gid "
+            f"{owner.st_gid} with mode {owner.st_mode & 0o777:o}: chown it to "
+            f"{os.geteuid()}:{os.getegid()} or make it writable for that user")
 
 
 # ------------------------------------------------------------ reading values
