@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,44 @@ def test_a_payload_over_one_mebibyte_up_to_the_message_size(
     (msg,) = asyncio.run(read(ingest_broker.service_url, f"persistent://public/default/{local}",
                               1, DEFAULT_PROCESSOR))
     assert msg.value == big
+
+
+def post_with_properties(broker: EmbeddedBroker, path: str, body: bytes,
+                         properties: list[str]) -> tuple[int, str]:
+    """POST with one ``X-Magnetar-Property`` header per property (urllib cannot
+    repeat a header)."""
+    host, port = broker.admin_url.removeprefix("http://").rsplit(":", 1)
+    conn = HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.putrequest("POST", path)
+        for prop in properties:
+            conn.putheader("X-Magnetar-Property", prop)
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+        response = conn.getresponse()
+        response.read()
+        return response.status, response.reason
+    finally:
+        conn.close()
+
+
+def test_properties_count_toward_the_frame_limit(
+    ingest_broker: EmbeddedBroker, local: str
+) -> None:
+    """Headers can carry kilobytes of properties: the entry is judged as the frame a
+    consumer will receive (payload at the limit + 10 KiB at most), not by its payload."""
+    create(ingest_broker, local)
+    path = f"{NS}/{local}/entries"
+    full = b"f" * MAX_MESSAGE_SIZE
+    status, reason = post_with_properties(
+        ingest_broker, path, full, [f"h{i}={'v' * 1000}" for i in range(11)])
+    assert status == 413 and "frame limit" in reason, reason
+    status, reason = post_with_properties(
+        ingest_broker, path, full, [f"h{i}={'v' * 1000}" for i in range(8)])
+    assert status == 200, reason
+    (msg,) = asyncio.run(read(ingest_broker.service_url, f"persistent://public/default/{local}",
+                              1, DEFAULT_PROCESSOR))
+    assert msg.value == full and len(msg.properties) >= 8
 
 
 @pytest.mark.parametrize(("query", "status", "words"), [

@@ -186,7 +186,11 @@ class BrokerConfig:
         ),
     )
     max_message_size: int = field(
-        default=DEFAULT_MAX_MESSAGE_SIZE, metadata=_help("largest message accepted, in bytes")
+        default=DEFAULT_MAX_MESSAGE_SIZE,
+        metadata=_help(
+            "largest message payload accepted, in bytes; the whole frame a consumer "
+            "receives (command, metadata, payload) may be 10 KiB more, as in Pulsar"
+        ),
     )
     allow_auto_topic_creation: bool = field(
         default=True, metadata=_help("a producer or consumer may create the topic it names")
