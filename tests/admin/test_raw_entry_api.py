@@ -208,6 +208,13 @@ def test_properties_count_toward_the_frame_limit(
     ("num_messages=0", 400, "at least 1"),
     ("property=novalue", 400, "name=value"),
     ("event_time=soon", 400, "event_time must be an integer"),
+    # Counts and 64-bit fields out of range: answered 200 and stored, before.
+    (f"num_messages={2**31}", 400, "at most 100000 (max_messages_per_batch)"),
+    (f"num_messages={2**64 + 5}", 400, "max_messages_per_batch"),
+    ("num_messages=100001", 400, "max_messages_per_batch"),
+    (f"sequence_id={2**70}", 400, "sequence_id must be 0 to 2**64-1"),
+    (f"event_time={2**70}", 400, "event_time must be 0 to 2**64-1"),
+    ("sequence_id=-1", 400, "sequence_id must be 0 to 2**64-1"),
 ])
 def test_bad_fields_are_400(ingest_broker: EmbeddedBroker, local: str, query: str,
                             status: int, words: str) -> None:

@@ -76,13 +76,13 @@ async def append_raw_entry(
 ) -> MessageId:
     """Append ``payload`` to ``topic`` as one entry; its id once it is durable.
 
-    ``num_messages`` (at least 1) is written as ``num_messages_in_batch``; ``None``
-    leaves it out (the entry is one message). ``properties`` carry the format tag,
-    e.g. ``{"entry.format": "kafka"}`` (``raw`` when they have none); ``key`` and
-    ``ordering_key`` route the entry on Key_Shared subscriptions; ``event_time`` is in
-    ms since the epoch. ``sequence_id`` defaults to the entry's position in the log. A
-    topic that does not exist is created when ``create`` and the broker allows
-    auto-creation.
+    ``num_messages`` (1 to ``max_messages_per_batch``) is written as
+    ``num_messages_in_batch``; ``None`` leaves it out (the entry is one message).
+    ``properties`` carry the format tag, e.g. ``{"entry.format": "kafka"}`` (``raw``
+    when they have none); ``key`` and ``ordering_key`` route the entry on Key_Shared
+    subscriptions; ``event_time`` is in ms since the epoch. ``sequence_id`` (0 to
+    2**64-1, as ``event_time``) defaults to the entry's position in the log. A topic
+    that does not exist is created when ``create`` and the broker allows auto-creation.
 
     Raises ``ValueError`` for bad arguments or a partitioned topic (name one of its
     partitions), ``LookupError`` for a missing topic, :class:`EntryTooLarge`, and
@@ -91,6 +91,14 @@ async def append_raw_entry(
     """
     if num_messages is not None and num_messages < 1:
         raise ValueError(f"num_messages must be at least 1, not {num_messages}")
+    most = service.config.max_messages_per_batch
+    if num_messages is not None and num_messages > most:
+        raise ValueError(
+            f"num_messages must be at most {most} (max_messages_per_batch), not {num_messages}"
+        )
+    for field, value in (("sequence_id", sequence_id), ("event_time", event_time)):
+        if value is not None and not 0 <= value <= _U64_MAX:  # uint64 on the wire
+            raise ValueError(f"{field} must be 0 to 2**64-1, not {value}")
     name = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
     data = bytes(payload)
     limit = service.config.max_message_size

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.broker.auth import checks
 from magnetar.broker.dedup import DUP, NOT_DUP, highest_sequence_id, is_tracked
-from magnetar.broker.entry_checks import oversize_refusal
+from magnetar.broker.entry_checks import batch_refusal, oversize_refusal
 from magnetar.broker.entry_info import info_from_metadata
 from magnetar.broker.exclusive import ProducerRefused
 from magnetar.broker.handlers.common import get_topic, topic_name
@@ -219,10 +219,12 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
             f"of {max_size} bytes",
         )
         return
+    refusal = batch_refusal(metadata, section.payload, cnx.service.config.max_messages_per_batch)
     info = info_from_metadata(metadata)
-    too_large = oversize_refusal(len(body), info.num_messages, max_size)
-    if too_large is not None:
-        send_error(cnx, send, pb.NotAllowedError, too_large)
+    if refusal is None:
+        refusal = oversize_refusal(len(body), info.num_messages, max_size)
+    if refusal is not None:
+        send_error(cnx, send, pb.NotAllowedError, refusal)
         return
     topic = cnx.service.topics.get(producer.topic_name)
     if topic is None or topic.closed:
