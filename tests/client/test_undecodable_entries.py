@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,32 @@ async def test_an_undecodable_entry_is_acked_and_its_permits_come_back(
     await producer.send(b"later")
     assert (await consumer.receive(timeout=20.0)).value == b"later"
     assert consumer.discarded_entries == 0
+
+
+async def test_an_entry_over_the_frame_limit_is_acked_and_its_permits_come_back(
+    tmp_path: Path,
+) -> None:
+    """An entry stored before the broker judged whole frames: its MESSAGE frame is
+    over the client's limit (max_message_size + 10 KiB). The client closed its
+    connection on it and got it again, forever."""
+    limit = 64 * 1024
+    with EmbeddedBroker(data_dir=tmp_path, max_message_size=limit) as small:
+        topic = "persistent://public/default/oversized"
+        async with Client(small.service_url, operation_timeout=10.0) as client:
+            producer = await client.create_producer(topic)
+            await producer.send(b"before")
+            md = pb.MessageMetadata(producer_name="old", sequence_id=0, publish_time=1,
+                                    num_messages_in_batch=50)
+            md.properties.add(key="pad", value="p" * 12_000)
+            store_entry(small, topic, md, b"x" * limit)
+            for i in range(AFTER):
+                await producer.send(b"after-%d" % i)
+            consumer = await client.subscribe(topic, "s", initial_position="earliest",
+                                              receiver_queue_size=QUEUE)
+            got = []
+            for _ in range(1 + AFTER):
+                msg = await consumer.receive(timeout=20.0)
+                await consumer.acknowledge(msg)
+                got.append(msg.value)
+            assert got == [b"before"] + [b"after-%d" % i for i in range(AFTER)]
+            assert consumer.discarded_entries == 1

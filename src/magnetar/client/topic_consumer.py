@@ -40,7 +40,7 @@ from magnetar.client.payload_processor import (
 from magnetar.client.request_reply import ReplyReceipt
 from magnetar.client.schema import SchemaInfo
 from magnetar.protocol.capabilities import declared_by_client
-from magnetar.protocol.client_codec import encode_flow, split_entry
+from magnetar.protocol.client_codec import TruncatedBody, encode_flow, split_entry
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
 from magnetar.protocol.frames import encode_command
 from magnetar.protocol.message_id import MessageId
@@ -313,6 +313,12 @@ class TopicConsumer(ConnectionHandler):
         mid = cmd.message_id
         ledger = mid.ledgerId
         entry = mid.entryId
+        if type(raw.body) is TruncatedBody:  # over the frame limit, its tail never read
+            log.error("%s: entry %d:%d is over the frame limit; discarding it unread",
+                      self.topic, ledger, entry)
+            self._discard(ledger, entry, pb.CommandAck.BatchDeSerializeError,
+                          _message_count(raw))
+            return []
         try:
             metadata_bytes, payload = split_entry(raw.body)
             metadata = _parse_metadata(metadata_bytes)
