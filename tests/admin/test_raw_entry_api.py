@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -164,11 +165,56 @@ def test_a_payload_over_one_mebibyte_up_to_the_message_size(
     assert msg.value == big
 
 
+def post_with_properties(broker: EmbeddedBroker, path: str, body: bytes,
+                         properties: list[str]) -> tuple[int, str]:
+    """POST with one ``X-Magnetar-Property`` header per property (urllib cannot
+    repeat a header)."""
+    host, port = broker.admin_url.removeprefix("http://").rsplit(":", 1)
+    conn = HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.putrequest("POST", path)
+        for prop in properties:
+            conn.putheader("X-Magnetar-Property", prop)
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+        response = conn.getresponse()
+        response.read()
+        return response.status, response.reason
+    finally:
+        conn.close()
+
+
+def test_properties_count_toward_the_frame_limit(
+    ingest_broker: EmbeddedBroker, local: str
+) -> None:
+    """Headers can carry kilobytes of properties: the entry is judged as the frame a
+    consumer will receive (payload at the limit + 10 KiB at most), not by its payload."""
+    create(ingest_broker, local)
+    path = f"{NS}/{local}/entries"
+    full = b"f" * MAX_MESSAGE_SIZE
+    status, reason = post_with_properties(
+        ingest_broker, path, full, [f"h{i}={'v' * 1000}" for i in range(11)])
+    assert status == 413 and "frame limit" in reason, reason
+    status, reason = post_with_properties(
+        ingest_broker, path, full, [f"h{i}={'v' * 1000}" for i in range(8)])
+    assert status == 200, reason
+    (msg,) = asyncio.run(read(ingest_broker.service_url, f"persistent://public/default/{local}",
+                              1, DEFAULT_PROCESSOR))
+    assert msg.value == full and len(msg.properties) >= 8
+
+
 @pytest.mark.parametrize(("query", "status", "words"), [
     ("num_messages=x", 400, "num_messages must be an integer"),
     ("num_messages=0", 400, "at least 1"),
     ("property=novalue", 400, "name=value"),
     ("event_time=soon", 400, "event_time must be an integer"),
+    # Counts and 64-bit fields out of range: answered 200 and stored, before.
+    (f"num_messages={2**31}", 400, "at most 100000 (max_messages_per_batch)"),
+    (f"num_messages={2**64 + 5}", 400, "max_messages_per_batch"),
+    ("num_messages=100001", 400, "max_messages_per_batch"),
+    (f"sequence_id={2**70}", 400, "sequence_id must be 0 to 2**64-1"),
+    (f"event_time={2**70}", 400, "event_time must be 0 to 2**64-1"),
+    ("sequence_id=-1", 400, "sequence_id must be 0 to 2**64-1"),
 ])
 def test_bad_fields_are_400(ingest_broker: EmbeddedBroker, local: str, query: str,
                             status: int, words: str) -> None:

@@ -394,8 +394,12 @@ def test_client_frame_decoder_handles_any_split() -> None:
         assert decoder.buffered == 0
     from magnetar.protocol.errors import FrameTooLarge, MalformedFrame
 
+    # Over the limit: once the head is in, any command but MESSAGE ends the stream
+    # (a MESSAGE is cut to its head, tests/protocol/test_client_frame_limit.py).
+    decoder = client_codec.ClientFrameDecoder(100)
+    assert decoder.feed(b"\x00\x00\x10\x00") == []
     with pytest.raises(FrameTooLarge):
-        client_codec.ClientFrameDecoder(100).feed(b"\x00\x00\x10\x00")
+        decoder.feed(b"\x00\x00\x00\x02\x08\x12" + b"\x00" * 100)  # PING
     with pytest.raises(MalformedFrame):
         client_codec.ClientFrameDecoder(100).feed(b"\x00\x00\x00\x06\x00\x00\x00\x02\xff\xff")
 

@@ -15,10 +15,13 @@ parameters or, the same names, as headers: ``num_messages`` (X-Magnetar-Num-Mess
 repeatable, ``name=value`` (X-Magnetar-Property). A query parameter wins over its
 header; headers carry ASCII only, so other text goes in the query.
 
-Refusals: 400 a bad field, 404 no such topic (where the broker does not create topics
-on use), 409 a partitioned topic (post to a partition) or a terminated one, 412 an
-invalid topic name, 413 a payload over ``max_message_size``, 500 a storage failure,
-503 a topic being unloaded.
+Refusals: 400 a bad field (``num_messages`` outside 1..``max_messages_per_batch``,
+``sequence_id`` or ``event_time`` outside 0..2**64-1), 404 no such topic (where the
+broker does not create topics on use), 409 a partitioned topic (post to a partition)
+or a terminated one, 412 an invalid topic name, 413 a payload over
+``max_message_size`` or an entry whose properties and other fields take its frame to
+consumers past the frame limit (``max_message_size`` + 10 KiB), 500 a storage
+failure, 503 a topic being unloaded.
 """
 
 from __future__ import annotations

@@ -186,7 +186,19 @@ class BrokerConfig:
         ),
     )
     max_message_size: int = field(
-        default=DEFAULT_MAX_MESSAGE_SIZE, metadata=_help("largest message accepted, in bytes")
+        default=DEFAULT_MAX_MESSAGE_SIZE,
+        metadata=_help(
+            "largest message payload accepted, in bytes; the whole frame a consumer "
+            "receives (command, metadata, payload) may be 10 KiB more, as in Pulsar"
+        ),
+    )
+    max_messages_per_batch: int = field(
+        default=100_000,
+        metadata=_help(
+            "most messages one entry may hold (a SEND's num_messages_in_batch, a raw "
+            "entry's num_messages); an uncompressed Pulsar batch's count must also match "
+            "its payload, which the broker walks (about 0.5 us a message)"
+        ),
     )
     allow_auto_topic_creation: bool = field(
         default=True, metadata=_help("a producer or consumer may create the topic it names")
@@ -681,7 +693,8 @@ class BrokerConfig:
             raise ConfigError(
                 "log_level", self.log_level, f"not a log level ({', '.join(_LOG_LEVELS)})"
             )
-        for name in ("max_message_size", "segment_max_bytes", "max_unacked_per_consumer"):
+        for name in ("max_message_size", "segment_max_bytes", "max_unacked_per_consumer",
+                     "max_messages_per_batch"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, getattr(self, name), "must be positive")
         for name in (

@@ -21,6 +21,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from magnetar.broker.entry_checks import oversize_refusal
 from magnetar.broker.entry_info import info_from_metadata
 from magnetar.broker.shield import ENTRY_FORMAT_PROPERTY, RAW_FORMAT
 from magnetar.broker.topic import TopicUnavailable
@@ -40,6 +41,7 @@ RAW_PRODUCER_NAME = "magnetar-raw-ingest"
 _FAILURE_CHECK_INTERVAL = 0.5
 
 _parse_metadata = pb.MessageMetadata.FromString
+_U64_MAX = (1 << 64) - 1
 
 
 class RawEntryRefused(Exception):
@@ -51,7 +53,8 @@ class RawEntryRefused(Exception):
 
 
 class EntryTooLarge(RawEntryRefused):
-    """The payload exceeds the broker's ``max_message_size``."""
+    """The payload exceeds the broker's ``max_message_size``, or the entry with its
+    metadata would go out in a MESSAGE frame over the consumers' frame limit."""
 
     def __init__(self, message: str) -> None:
         super().__init__(pb.NotAllowedError, message)
@@ -73,13 +76,13 @@ async def append_raw_entry(
 ) -> MessageId:
     """Append ``payload`` to ``topic`` as one entry; its id once it is durable.
 
-    ``num_messages`` (at least 1) is written as ``num_messages_in_batch``; ``None``
-    leaves it out (the entry is one message). ``properties`` carry the format tag,
-    e.g. ``{"entry.format": "kafka"}`` (``raw`` when they have none); ``key`` and
-    ``ordering_key`` route the entry on Key_Shared subscriptions; ``event_time`` is in
-    ms since the epoch. ``sequence_id`` defaults to the entry's position in the log. A
-    topic that does not exist is created when ``create`` and the broker allows
-    auto-creation.
+    ``num_messages`` (1 to ``max_messages_per_batch``) is written as
+    ``num_messages_in_batch``; ``None`` leaves it out (the entry is one message).
+    ``properties`` carry the format tag, e.g. ``{"entry.format": "kafka"}`` (``raw``
+    when they have none); ``key`` and ``ordering_key`` route the entry on Key_Shared
+    subscriptions; ``event_time`` is in ms since the epoch. ``sequence_id`` (0 to
+    2**64-1, as ``event_time``) defaults to the entry's position in the log. A topic
+    that does not exist is created when ``create`` and the broker allows auto-creation.
 
     Raises ``ValueError`` for bad arguments or a partitioned topic (name one of its
     partitions), ``LookupError`` for a missing topic, :class:`EntryTooLarge`, and
@@ -88,6 +91,14 @@ async def append_raw_entry(
     """
     if num_messages is not None and num_messages < 1:
         raise ValueError(f"num_messages must be at least 1, not {num_messages}")
+    most = service.config.max_messages_per_batch
+    if num_messages is not None and num_messages > most:
+        raise ValueError(
+            f"num_messages must be at most {most} (max_messages_per_batch), not {num_messages}"
+        )
+    for field, value in (("sequence_id", sequence_id), ("event_time", event_time)):
+        if value is not None and not 0 <= value <= _U64_MAX:  # uint64 on the wire
+            raise ValueError(f"{field} must be 0 to 2**64-1, not {value}")
     name = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
     data = bytes(payload)
     limit = service.config.max_message_size
@@ -95,6 +106,28 @@ async def append_raw_entry(
         raise EntryTooLarge(
             f"entry of {len(data)} bytes exceeds the maximum message size of {limit} bytes"
         )
+    if properties is None or ENTRY_FORMAT_PROPERTY not in properties:
+        properties = {**(properties or {}), ENTRY_FORMAT_PROPERTY: RAW_FORMAT}
+
+    def metadata_for(default_sequence_id: int) -> bytes:
+        return encode_message_metadata(
+            producer_name.encode(),
+            default_sequence_id if sequence_id is None else sequence_id,
+            service.clock_ms(),
+            properties=properties,
+            partition_key=key,
+            num_messages_in_batch=num_messages,
+            event_time=event_time or 0,
+            ordering_key=ordering_key,
+        )
+
+    # Properties and key count too: the whole frame must reach consumers. Judged
+    # before the topic is loaded (or created), with the widest sequence id.
+    too_large = oversize_refusal(
+        len(build_entry(metadata_for(_U64_MAX), data)), num_messages or 1, limit
+    )
+    if too_large is not None:
+        raise EntryTooLarge(too_large)
     try:
         loaded = await service.load_topic(name, create=create)
     except TopicUnavailable as exc:
@@ -107,19 +140,9 @@ async def append_raw_entry(
     if loaded.failure:
         raise RawEntryRefused(pb.PersistenceError, loaded.failure)
     ledger = loaded.ledger
-    if properties is None or ENTRY_FORMAT_PROPERTY not in properties:
-        properties = {**(properties or {}), ENTRY_FORMAT_PROPERTY: RAW_FORMAT}
-    metadata = encode_message_metadata(
-        producer_name.encode(),
-        ledger.next_entry_id if sequence_id is None else sequence_id,
-        service.clock_ms(),
-        properties=properties,
-        partition_key=key,
-        num_messages_in_batch=num_messages,
-        event_time=event_time or 0,
-        ordering_key=ordering_key,
-    )
+    metadata = metadata_for(ledger.next_entry_id)
     info = info_from_metadata(_parse_metadata(metadata))
+    entry = build_entry(metadata, data)
     durable: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
     def on_durable(entry_id: int) -> None:
@@ -127,7 +150,7 @@ async def append_raw_entry(
             durable.set_result(entry_id)
 
     try:
-        loaded.append_entry(build_entry(metadata, data), info, on_durable)
+        loaded.append_entry(entry, info, on_durable)
     except StorageError as exc:
         raise RawEntryRefused(pb.PersistenceError, f"{loaded.name}: {exc}") from None
     while True:

@@ -202,6 +202,13 @@ class Consumer:
     def consumer_name(self) -> str | None:
         return self.conf.consumer_name
 
+    @property
+    def discarded_entries(self) -> int:
+        """Entries acknowledged unread because they could not be decoded (a failed
+        checksum, unparsable metadata, a payload that does not decompress, a batch
+        that does not hold the messages its count says); each was logged once."""
+        return sum(s.discarded_entries for s in self._subs.values())
+
     def is_connected(self) -> bool:
         return bool(self._subs) and all(s.connected for s in self._subs.values())
 

@@ -41,6 +41,7 @@ from magnetar.protocol.client_codec import (
     encode_single_metadata,
 )
 from magnetar.protocol.compression import compress
+from magnetar.protocol.frames import ENTRY_HEADER_SIZE, dispatch_frame_size, max_frame_size
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.protocol.request_reply import REQUEST_TIMEOUT_PROPERTY
@@ -374,6 +375,10 @@ class PartitionProducer(ConnectionHandler):
             ordering_key=msg.ordering_key,
             deliver_at_time=msg.deliver_at,
         )
+        too_big = self._frame_too_big(metadata, payload, 1)
+        if too_big is not None:
+            self._fail_message(future, request, too_big)
+            return
         frame = encode_send(self.producer_id, sequence_id, 1, 0, metadata, payload)
         self._push(_Op(sequence_id, sequence_id, frame, [future],
                        self._loop.time() + self.conf.send_timeout,
@@ -401,6 +406,10 @@ class PartitionProducer(ConnectionHandler):
             schema_version=self.schema_version,
             ordering_key=msg.ordering_key,
         )
+        too_big = self._frame_too_big(metadata, payload, msg.num_messages or 1)
+        if too_big is not None:
+            self._fail_message(future, None, too_big)
+            return
         frame = encode_send(self.producer_id, sequence_id, msg.num_messages or 1, 0, metadata,
                             payload)
         self._push(_Op(sequence_id, sequence_id, frame, [future],
@@ -449,6 +458,23 @@ class PartitionProducer(ConnectionHandler):
         self._push(_Op(sequence_ids[0], highest, frame, futures,
                        self._loop.time() + self.conf.send_timeout,
                        requests if live else None, batched=True))
+
+    def _frame_too_big(
+        self, metadata: bytes, payload: bytes, num_messages: int
+    ) -> MessageTooBig | None:
+        """The broker judges the MESSAGE frame its consumers will get, metadata
+        included (a payload at the limit with kilobytes of properties is refused):
+        refuse here what it would, instead of sending it."""
+        entry_size = ENTRY_HEADER_SIZE + len(metadata) + len(payload)
+        frame = dispatch_frame_size(entry_size, num_messages)
+        limit = max_frame_size(self._max_message_size)
+        if frame <= limit:
+            return None
+        return MessageTooBig(
+            f"message of {len(payload)} bytes with {len(metadata)} bytes of metadata "
+            f"exceeds the broker's limit: its frame to consumers would be up to {frame} "
+            f"bytes, over {limit}"
+        )
 
     def _push(self, op: _Op) -> None:
         self._pending.append(op)

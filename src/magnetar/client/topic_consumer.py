@@ -40,7 +40,7 @@ from magnetar.client.payload_processor import (
 from magnetar.client.request_reply import ReplyReceipt
 from magnetar.client.schema import SchemaInfo
 from magnetar.protocol.capabilities import declared_by_client
-from magnetar.protocol.client_codec import encode_flow, split_entry
+from magnetar.protocol.client_codec import TruncatedBody, encode_flow, split_entry
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
 from magnetar.protocol.frames import encode_command
 from magnetar.protocol.message_id import MessageId
@@ -157,6 +157,9 @@ class TopicConsumer(ConnectionHandler):
         self._queue_size = max(1, queue_size)
         self._threshold = max(1, self._queue_size // 2)
         self._permits = 0  # messages handed to the application since the last FLOW
+        # Entries acked unread because they cannot be decoded (checksum, metadata,
+        # compression, a batch that is not what its count says): each logged once.
+        self.discarded_entries = 0
         self._consumer_epoch = 0
         self._clock: Clock = conf.clock or self._loop.time
         self._acks = AckGroupingTracker(conf.ack_group_max_size)
@@ -310,18 +313,24 @@ class TopicConsumer(ConnectionHandler):
         mid = cmd.message_id
         ledger = mid.ledgerId
         entry = mid.entryId
+        if type(raw.body) is TruncatedBody:  # over the frame limit, its tail never read
+            log.error("%s: entry %d:%d is over the frame limit; discarding it unread",
+                      self.topic, ledger, entry)
+            self._discard(ledger, entry, pb.CommandAck.BatchDeSerializeError,
+                          _message_count(raw))
+            return []
         try:
             metadata_bytes, payload = split_entry(raw.body)
             metadata = _parse_metadata(metadata_bytes)
         except ChecksumMismatch:
             log.error("%s: entry %d:%d fails its checksum; discarding it",
                       self.topic, ledger, entry)
-            self._discard(ledger, entry, pb.CommandAck.ChecksumMismatch)
+            self._discard(ledger, entry, pb.CommandAck.ChecksumMismatch, _message_count(raw))
             return []
         except (ProtocolError, DecodeError) as exc:
             log.error("%s: entry %d:%d does not parse (%s); discarding it",
                       self.topic, ledger, entry, exc)
-            self._discard(ledger, entry, pb.CommandAck.BatchDeSerializeError)
+            self._discard(ledger, entry, pb.CommandAck.BatchDeSerializeError, 1)
             return []
         batched = metadata.HasField("num_messages_in_batch")
         count = metadata.num_messages_in_batch if batched else 1
@@ -341,7 +350,9 @@ class TopicConsumer(ConnectionHandler):
         except ProtocolError as exc:
             log.error("%s: entry %d:%d cannot be decoded (%s); discarding it",
                       self.topic, ledger, entry, exc)
-            self._discard(ledger, entry, pb.CommandAck.DecompressionError)
+            reason = (pb.CommandAck.DecompressionError if metadata.compression
+                      else pb.CommandAck.BatchDeSerializeError)
+            self._discard(ledger, entry, reason, _message_count(raw))
             return []
         start = self._start
         check_start = start is not None and start.ledger_id == ledger
@@ -395,9 +406,13 @@ class TopicConsumer(ConnectionHandler):
                 self._batch_ackers.pop(position, None)
         return out
 
-    def _discard(self, ledger: int, entry: int, reason: int) -> None:
-        """Ack an entry that can never be consumed, saying why (as Pulsar's clients do)."""
-        self._credit(1)
+    def _discard(self, ledger: int, entry: int, reason: int, charged: int = 1) -> None:
+        """Ack an entry that can never be consumed, saying why (as Pulsar's clients do),
+        so that it is never delivered again, and give back the ``charged`` permits the
+        broker counted for it (its batch size: an entry claiming 5,000 messages that
+        are not there took 5,000, and keeping them stalled the consumer for good)."""
+        self.discarded_entries += 1
+        self._credit(charged)
         conn = self._conn
         if conn is None:
             return
@@ -417,7 +432,11 @@ class TopicConsumer(ConnectionHandler):
         if self._permits >= self._threshold:
             conn = self._conn
             if conn is not None:
-                conn.write_now(encode_flow(self.consumer_id, self._permits))
+                permits = self._permits
+                while permits > _MAX_FLOW:  # FLOW's permits are a uint32
+                    conn.write_now(encode_flow(self.consumer_id, _MAX_FLOW))
+                    permits -= _MAX_FLOW
+                conn.write_now(encode_flow(self.consumer_id, permits))
                 self._permits = 0
 
     def _on_dequeued(self, msg: Message) -> None:
@@ -927,14 +946,17 @@ def _message_count(raw: RawEntry) -> int:
     """How many messages of a received entry the broker charged to our permits (its
     batch size, or what its ``ack_set`` leaves; 1 if unreadable)."""
     try:
-        metadata = _parse_metadata(split_entry(raw.body)[0])
+        metadata = _parse_metadata(split_entry(raw.body, verify_checksum=False)[0])
     except (ProtocolError, DecodeError):
         return 1
     n = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
     ack_set = raw.command.ack_set
-    if ack_set:
-        return (bits_from_words(ack_set) & ((1 << n) - 1)).bit_count()
+    if ack_set:  # (a mask of the words' width: n may be a lie of 2**31)
+        return (bits_from_words(ack_set) & ((1 << min(n, 64 * len(ack_set))) - 1)).bit_count()
     return n
+
+
+_MAX_FLOW = (1 << 32) - 1
 
 
 def _nack_tracker(conf: ConsumerConfig, clock: Clock) -> NegativeAcksTracker:

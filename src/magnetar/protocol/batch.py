@@ -11,30 +11,70 @@ from magnetar.protocol.errors import MalformedFrame
 from magnetar.protocol.pb import pb
 
 _U32 = struct.Struct(">I")
+# The fewest bytes one batched message takes: its size field and a
+# SingleMessageMetadata holding only payload_size (required) = 0.
+MIN_BATCHED_MESSAGE_SIZE = 6
 
 
 def split_batch(payload: bytes, count: int) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
     """Cut an uncompressed batch payload into its ``count`` messages."""
     out: list[tuple[pb.SingleMessageMetadata, bytes]] = []
+    _walk(payload, count, out)
+    return out
+
+
+def check_batch(payload: bytes | memoryview, count: int) -> None:
+    """Raise :class:`MalformedFrame` unless ``payload`` is exactly ``count`` batched
+    messages: the broker's check of a SEND's ``num_messages_in_batch`` (a consumer
+    splits the entry by that count). The same walk as :func:`split_batch`, keeping
+    nothing: about half a microsecond a message."""
+    if count * MIN_BATCHED_MESSAGE_SIZE > len(payload):
+        raise MalformedFrame(
+            f"a batch of {count} messages needs at least {count * MIN_BATCHED_MESSAGE_SIZE} "
+            f"bytes; the payload has {len(payload)}"
+        )
+    end = _walk(payload, count, None)
+    if end != len(payload):
+        raise MalformedFrame(
+            f"the payload holds more than its {count} batched messages "
+            f"({len(payload) - end} bytes follow them)"
+        )
+
+
+def _walk(
+    payload: bytes | memoryview,
+    count: int,
+    out: list[tuple[pb.SingleMessageMetadata, bytes]] | None,
+) -> int:
+    """Walk ``count`` batched messages, appending them to ``out`` unless it is None
+    (one metadata object is then reused); the offset where the last one ends."""
     view = memoryview(payload)
+    end = len(view)
     pos = 0
+    single = pb.SingleMessageMetadata()
     for _ in range(count):
-        if len(view) - pos < 4:
+        if end - pos < 4:
             raise MalformedFrame("batch is shorter than its message count says")
         (size,) = _U32.unpack_from(view, pos)
         pos += 4
-        single = pb.SingleMessageMetadata()
+        if size > end - pos:
+            raise MalformedFrame("single message metadata runs past the end of the batch")
+        if out is not None:
+            single = pb.SingleMessageMetadata()
         try:
-            single.MergeFromString(bytes(view[pos : pos + size]))
+            single.ParseFromString(view[pos : pos + size])  # type: ignore[arg-type]  # upb reads any buffer
         except DecodeError as exc:
             raise MalformedFrame(f"single message metadata does not parse: {exc}") from None
+        if out is None and not single.HasField("payload_size"):
+            raise MalformedFrame("a batched message's metadata lacks its payload_size")
         pos += size
-        end = pos + single.payload_size
-        if end > len(view):
+        stop = pos + single.payload_size
+        if single.payload_size < 0 or stop > end:
             raise MalformedFrame("batched message runs past the end of the batch")
-        out.append((single, bytes(view[pos:end])))
-        pos = end
-    return out
+        if out is not None:
+            out.append((single, bytes(view[pos:stop])))
+        pos = stop
+    return pos
 
 
 def build_batch(messages: Iterable[tuple[pb.SingleMessageMetadata, bytes]]) -> bytes:

@@ -205,6 +205,14 @@ def split_entry(body: bytes, verify_checksum: bool = True) -> tuple[bytes, bytes
 _parse_base_command = BaseCommand.FromString
 
 
+class TruncatedBody(bytes):
+    """The head of a MESSAGE body over the frame limit (the rest was dropped unread):
+    its command and, usually, its metadata, so the consumer can acknowledge the entry
+    and give back the permits it was charged instead of receiving it again forever."""
+
+    __slots__ = ()
+
+
 class ClientFrameDecoder:
     """Cuts frames out of the byte stream, like :class:`~magnetar.protocol.frames.FrameDecoder`.
 
@@ -213,13 +221,20 @@ class ClientFrameDecoder:
     frame until all of it is there (linear in its size), and leaves the
     required-field check to the code that reads each command (a full
     ``IsInitialized`` walk costs more than the parse).  Yields ``(command, body)``.
+
+    A MESSAGE frame over ``max_frame_size`` (an entry stored before the broker
+    judged whole frames, or under a larger limit) keeps the stream: its first
+    ``max_frame_size`` bytes are yielded with the body as a :class:`TruncatedBody`
+    and the rest is skipped as it arrives. Any other frame over the limit raises
+    :class:`FrameTooLarge`.
     """
 
-    __slots__ = ("_need", "_partial", "max_frame_size")
+    __slots__ = ("_need", "_partial", "_skip", "max_frame_size")
 
     def __init__(self, max_frame_size: int) -> None:
         self._partial = bytearray()
         self._need = 0
+        self._skip = 0  # bytes of an oversized frame still to drop
         self.max_frame_size = max_frame_size
 
     @property
@@ -227,6 +242,12 @@ class ClientFrameDecoder:
         return len(self._partial)
 
     def feed(self, data: bytes) -> list[tuple[BaseCommand, bytes]]:
+        if self._skip:
+            if len(data) <= self._skip:
+                self._skip -= len(data)
+                return []
+            data = data[self._skip :]
+            self._skip = 0
         if self._partial:
             self._partial += data
             if len(self._partial) < self._need:
@@ -244,9 +265,14 @@ class ClientFrameDecoder:
         while end - pos >= 4:
             total = _U32.unpack_from(buf, pos)[0]
             if total > limit:
-                raise FrameTooLarge(
-                    f"frame declares {total} bytes, over the limit of {limit} bytes"
-                )
+                if end - pos < limit:
+                    need = limit  # the head of it, kept
+                    break
+                frames.append(_oversized(buf, pos, total, limit))
+                taken = min(end - pos, total + 4)
+                self._skip = total + 4 - taken
+                pos += taken
+                continue
             if total < 4:
                 raise MalformedFrame(f"frame declares {total} bytes, too small for a command")
             frame_end = pos + 4 + total
@@ -271,6 +297,22 @@ class ClientFrameDecoder:
             self._partial = bytearray(memoryview(buf)[pos:])
             self._need = need
         return frames
+
+
+def _oversized(buf: bytes, pos: int, total: int, limit: int) -> tuple[BaseCommand, bytes]:
+    """The command and the head of the body of a MESSAGE frame over the limit, from
+    its first ``limit`` bytes; FrameTooLarge for any other frame."""
+    too_large = FrameTooLarge(f"frame declares {total} bytes, over the limit of {limit} bytes")
+    cmd_size = _TWO_U32.unpack_from(buf, pos)[1]
+    if cmd_size == 0 or cmd_size > limit - 8:
+        raise too_large
+    try:
+        command = _parse_base_command(buf[pos + 8 : pos + 8 + cmd_size])
+    except DecodeError:
+        raise too_large from None
+    if command.type != BaseCommand.MESSAGE:
+        raise too_large
+    return command, TruncatedBody(buf[pos + 8 + cmd_size : pos + limit])
 
 
 _parse_single = pb.SingleMessageMetadata.FromString

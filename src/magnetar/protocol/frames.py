@@ -32,6 +32,9 @@ MAGIC_BROKER_ENTRY_METADATA = 0x0E02
 FRAME_PADDING = 10 * 1024
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 
+# An entry's bytes before its metadata: magic number, CRC32C, metadata size.
+ENTRY_HEADER_SIZE = 10
+
 _U32 = struct.Struct(">I")
 _TWO_U32 = struct.Struct(">II")
 _MAGIC_CRC = struct.Struct(">HI")
@@ -62,8 +65,30 @@ class PayloadSection:
     has_checksum: bool
 
 
+# The longest MESSAGE command the broker writes before a stored entry, every field at
+# its widest varint: type and field tags (6), consumer id (11), message id with
+# ledger, entry and partition (2 + 33), redelivery count (6), consumer epoch (11);
+# rounded up. A partly acked batch adds its ack_set: one int64 (tag and up to ten
+# bytes) per 64 messages.
+MESSAGE_COMMAND_MAX = 80
+_ACK_SET_WORD_MAX = 11
+
+
 def max_frame_size(max_message_size: int) -> int:
+    """The largest frame either side accepts (the declared size, the four size bytes
+    not counted), for a broker whose ``max_message_size`` this is: Pulsar's
+    maxMessageSize + MESSAGE_SIZE_FRAME_PADDING, on the broker's decoder and,
+    from CONNECTED's max_message_size, on the client's."""
     return max_message_size + FRAME_PADDING
+
+
+def dispatch_frame_size(entry_size: int, num_messages: int = 1) -> int:
+    """The declared size of the MESSAGE frame that carries a stored entry of
+    ``entry_size`` bytes (from the magic number on) holding ``num_messages``
+    messages, at most: what a consumer's decoder will judge against
+    :func:`max_frame_size`."""
+    ack_set = _ACK_SET_WORD_MAX * ((max(num_messages, 1) + 63) // 64) if num_messages > 1 else 0
+    return 4 + MESSAGE_COMMAND_MAX + ack_set + entry_size
 
 
 class FrameDecoder:

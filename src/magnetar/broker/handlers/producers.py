@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.broker.auth import checks
 from magnetar.broker.dedup import DUP, NOT_DUP, highest_sequence_id, is_tracked
+from magnetar.broker.entry_checks import batch_refusal, oversize_refusal
 from magnetar.broker.entry_info import info_from_metadata
 from magnetar.broker.exclusive import ProducerRefused
 from magnetar.broker.handlers.common import get_topic, topic_name
@@ -206,7 +207,8 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
         send_error(cnx, send, pb.NotAllowedError, f"bad message: {exc}")
         return
     # The limit is on the payload, as clients apply it; metadata rides in the
-    # frame's padding (chunks of a large message are exactly max size each).
+    # frame's padding (chunks of a large message are exactly max size each), as long
+    # as the MESSAGE frame a consumer gets stays within its frame limit.
     max_size = cnx.service.config.max_message_size
     if len(section.payload) > max_size:
         send_error(
@@ -216,6 +218,13 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
             f"message of {len(section.payload)} bytes exceeds the maximum message size "
             f"of {max_size} bytes",
         )
+        return
+    refusal = batch_refusal(metadata, section.payload, cnx.service.config.max_messages_per_batch)
+    info = info_from_metadata(metadata)
+    if refusal is None:
+        refusal = oversize_refusal(len(body), info.num_messages, max_size)
+    if refusal is not None:
+        send_error(cnx, send, pb.NotAllowedError, refusal)
         return
     topic = cnx.service.topics.get(producer.topic_name)
     if topic is None or topic.closed:
@@ -234,6 +243,10 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
             if request_timeout is not None and _answer_resent_request(cnx, send, topic, producer):
                 return
             body = _stamp_requester(cnx, section, metadata)
+            too_large = oversize_refusal(len(body), info.num_messages, max_size)
+            if too_large is not None:  # the role stamped on it took it over
+                send_error(cnx, send, pb.NotAllowedError, too_large)
+                return
     dedup_highest = None
     if topic.dedup.enabled and is_tracked(metadata):
         send_highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else -1
@@ -242,9 +255,8 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
         if verdict != NOT_DUP:
             _answer_duplicate(cnx, send, verdict == DUP, topic.name, producer.name)
             return
-    # The entry's own metadata says how many messages it holds (as Pulsar's
-    # dispatcher reads it); CommandSend.num_messages is the producer's word only.
-    info = info_from_metadata(metadata)
+    # The entry's own metadata (info, above) says how many messages it holds, as
+    # Pulsar's dispatcher reads it; CommandSend.num_messages is the producer's word only.
     # Pending from here to its receipt: past the connection's or the broker's limit
     # the connection stops being read (backpressure on the producer's socket).
     size = len(body)
