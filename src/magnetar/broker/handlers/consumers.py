@@ -43,7 +43,7 @@ def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
     if not request.subscription:
         raise CommandError(pb.NotAllowedError, "subscription name is empty")
     name = topic_name(request.topic)
-    checks.require(cnx, name, CONSUME)  # before the topic is created for it
+    checks.require_subscribe(cnx, name)  # before the topic is created for it
     too_long = too_long_for_a_file(request.subscription)
     if too_long:
         raise CommandError(pb.NotAllowedError, f"subscription name {too_long}")
