@@ -1,8 +1,6 @@
 """Admin REST routes for clusters, tenants and namespaces, as Pulsar's admin API v2 has
 them, and the guard that answers 404 for any route under a namespace that does not exist::
 
-    GET                 /admin/v2/clusters                        ["standalone"]
-    GET                 /admin/v2/clusters/{cluster}
     GET                 /admin/v2/tenants
     GET|PUT|POST|DELETE /admin/v2/tenants/{tenant}
     GET                 /admin/v2/namespaces/{tenant}             ["tenant/ns", ...]
@@ -11,7 +9,7 @@ them, and the guard that answers 404 for any route under a namespace that does n
 A tenant is ``{"adminRoles": [], "allowedClusters": ["standalone"]}`` (an empty body
 creates one like that). Errors carry Pulsar's body ``{"reason": ...}`` and status: 404
 for a tenant or namespace that does not exist, 409 for one that exists already or is
-not empty, 412 for an invalid name or an unknown cluster, 405 for ``?force=true``
+not empty, 412 for an invalid name or an unknown cluster (clusters.py), 405 for ``?force=true``
 deletions (Pulsar's default ``forceDeleteNamespaceAllowed=false``).
 """
 
@@ -106,8 +104,6 @@ def add_tenant_routes(app: web.Application, service: BrokerService) -> None:
     routes = TenantRoutes(service)
     app.add_routes(
         [
-            web.get("/admin/v2/clusters", routes.list_clusters),
-            web.get("/admin/v2/clusters/{cluster}", routes.get_cluster),
             web.get("/admin/v2/tenants", routes.list_tenants),
             web.get("/admin/v2/tenants/{tenant}", routes.get_tenant),
             web.put("/admin/v2/tenants/{tenant}", routes.create_tenant),
@@ -126,16 +122,6 @@ class TenantRoutes:
         self.service = service
         self.registry = service.namespaces
 
-    # ------------------------------------------------------------ clusters
-
-    async def list_clusters(self, request: web.Request) -> web.Response:
-        return web.json_response([CLUSTER])
-
-    async def get_cluster(self, request: web.Request) -> web.Response:
-        if request.match_info["cluster"] != CLUSTER:
-            fail(web.HTTPNotFound, "Cluster does not exist")
-        return web.json_response({"brokerServiceUrl": self.service.config.service_url})
-
     # ------------------------------------------------------------ tenants
 
     async def list_tenants(self, request: web.Request) -> web.Response:
@@ -149,7 +135,7 @@ class TenantRoutes:
 
     async def create_tenant(self, request: web.Request) -> web.Response:
         tenant = _tenant(request)
-        info = await _tenant_info(request)
+        info = await self._tenant_info(request)
         try:
             self.registry.create_tenant(tenant, info)
         except AlreadyExists:
@@ -158,7 +144,7 @@ class TenantRoutes:
 
     async def update_tenant(self, request: web.Request) -> web.Response:
         tenant = _tenant(request)
-        info = await _tenant_info(request)
+        info = await self._tenant_info(request)
         try:
             self.registry.update_tenant(tenant, info)
         except TenantNotFound:
@@ -175,6 +161,23 @@ class TenantRoutes:
         except NotEmpty as exc:
             fail(web.HTTPConflict, str(exc))
         return web.Response(status=204)
+
+    async def _tenant_info(self, request: web.Request) -> TenantInfo:
+        """The body's TenantInfo; an empty body is a tenant of this cluster."""
+        text = await request.text()
+        if not text.strip():
+            return TenantInfo(allowed_clusters=[CLUSTER])
+        try:
+            info = TenantInfo.from_json(json.loads(text))
+        except ValueError as exc:
+            fail(web.HTTPBadRequest, f"not a tenant info: {exc}")
+        from magnetar.admin.clusters import cluster_names  # it imports this module
+
+        known = cluster_names(self.service.config.data_dir)
+        unknown = [c for c in info.allowed_clusters if c not in known]
+        if unknown:  # Pulsar's status and words
+            fail(web.HTTPPreconditionFailed, f"Clusters do not exist: {unknown}")
+        return info
 
     # ------------------------------------------------------------ namespaces
 
@@ -251,16 +254,3 @@ def _refuse_force(request: web.Request, what: str) -> None:
         )
 
 
-async def _tenant_info(request: web.Request) -> TenantInfo:
-    """The body's TenantInfo; an empty body is a tenant of this cluster."""
-    text = await request.text()
-    if not text.strip():
-        return TenantInfo(allowed_clusters=[CLUSTER])
-    try:
-        info = TenantInfo.from_json(json.loads(text))
-    except ValueError as exc:
-        fail(web.HTTPBadRequest, f"not a tenant info: {exc}")
-    unknown = [c for c in info.allowed_clusters if c != CLUSTER]
-    if unknown:  # Pulsar's status and words
-        fail(web.HTTPPreconditionFailed, f"Clusters do not exist: {unknown}")
-    return info
