@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from aiohttp import web
 
+from magnetar.admin.namespace_policies import PolicyRefused, initial_policies, pulsar_policies
 from magnetar.broker.namespaces import (
     CLUSTER,
     AlreadyExists,
@@ -189,30 +190,40 @@ class TenantRoutes:
 
     async def get_namespace(self, request: web.Request) -> web.Response:
         tenant, namespace = _namespace(request)  # the guard answered for a missing one
-        policies: dict[str, Any] = {
-            "replication_clusters": [CLUSTER],
-            "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
-        }
         path = NamespacePolicies.path_for(self.service.config.data_dir, tenant, namespace)
-        policies.update(NamespacePolicies.load(path).policies)  # by their REST names
-        return web.json_response(policies)
+        return web.json_response(pulsar_policies(NamespacePolicies.load(path).policies))
 
     @creates_namespace
     async def create_namespace(self, request: web.Request) -> web.Response:
+        """Create the namespace with the policies of the body (Pulsar's Policies)."""
         tenant, namespace = _namespace(request)
+        full = f"{tenant}/{namespace}"
         text = await request.text()
-        if text.strip():  # Pulsar takes optional initial policies; they are not kept here
+        body: Any = {}
+        if text.strip():
             try:
-                if not isinstance(json.loads(text), dict):
-                    raise ValueError
+                body = json.loads(text)
             except ValueError:
+                body = None
+            if not isinstance(body, dict):
                 fail(web.HTTPBadRequest, "the body must be a JSON object of policies")
         try:
-            self.registry.create_namespace(f"{tenant}/{namespace}")
+            policies = initial_policies(body)
+        except PolicyRefused as exc:
+            fail(web.HTTPPreconditionFailed if exc.status == 412 else web.HTTPBadRequest,
+                 str(exc))
+        try:
+            self.registry.tenant(tenant)
         except TenantNotFound:
             fail(web.HTTPNotFound, "Tenant does not exist")
-        except AlreadyExists:
+        if self.registry.exists(full):
             fail(web.HTTPConflict, "Namespace already exists")
+        if policies:  # before the namespace exists, so that it never exists without them
+            path = NamespacePolicies.path_for(self.service.config.data_dir, tenant, namespace)
+            NamespacePolicies(path, policies).save()
+        self.registry.create_namespace(full)
+        # What any holder cached of the namespace's (missing) policies file is stale.
+        self.service._namespace_deleted(tenant, namespace)
         return web.Response(status=204)
 
     async def delete_namespace(self, request: web.Request) -> web.Response:
