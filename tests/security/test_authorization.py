@@ -240,3 +240,24 @@ async def test_grants_survive_a_restart(keys: Keys, tmp_path: Path) -> None:
         }
         async with client(broker, keys, "fay") as c:
             await (await c.create_producer(topic)).send(b"after restart")
+
+
+def test_grants_of_a_namespace_created_with_its_policies(
+    broker: EmbeddedBroker, keys: Keys
+) -> None:
+    """The official client suite's setup: private/auth created with auth_policies that
+    grant token-principal produce and consume (Pulsar's Policies body)."""
+    ns = f"public/created-{uuid.uuid4().hex[:8]}"
+    body = {"auth_policies": {"namespace_auth": {"token-principal": ["produce", "consume"]},
+                              "destination_auth": {}, "subscription_auth_roles": {}},
+            "replication_clusters": ["standalone"]}
+    assert admin(broker, keys, "PUT", f"/admin/v2/namespaces/{ns}", body).status == 204
+    topic = f"persistent://{ns}/t"
+    principal = pulsar.Client(broker.service_url, authentication=pulsar.AuthenticationToken(
+        keys.token("token-principal")), logger=quiet(), operation_timeout_seconds=5)
+    try:
+        consumer = principal.subscribe(topic, "s")
+        principal.create_producer(topic).send(b"granted at creation")
+        assert consumer.receive(timeout_millis=10_000).data() == b"granted at creation"
+    finally:
+        principal.close()

@@ -2,7 +2,8 @@
 protocol, and every admin route, at a topic another role owns (with data, a
 subscription with a cursor and a schema) and at topics and namespaces that do not
 exist; each is refused (AuthorizationError, or the error Pulsar gives there) or
-harmless, and nothing changes, on disk or as the superuser sees it through admin.
+harmless, and nothing changes, on disk or as the superuser sees it through admin. The
+role is the admin of a tenant of its own, which must give it nothing elsewhere.
 
 Commands are enumerated from ``BaseCommand.Type`` and the broker's handler table, and
 routes from the admin application's router: a command or route added without a case
@@ -361,6 +362,9 @@ def place(broker: EmbeddedBroker, keys: Keys) -> Place:
     whose cursor is past the first entry."""
     ns = f"public/walk-{uuid.uuid4().hex[:8]}"
     assert admin(broker, keys, "PUT", f"/admin/v2/namespaces/{ns}").status == 204
+    # The walker administers a tenant of its own: that gives it nothing elsewhere.
+    assert admin(broker, keys, "PUT", f"/admin/v2/tenants/{MALLORY}-{uuid.uuid4().hex[:6]}",
+                 {"adminRoles": [MALLORY], "allowedClusters": ["standalone"]}).status == 204
     assert admin(broker, keys, "POST", f"/admin/v2/namespaces/{ns}/permissions/{OWNER}",
                  ["produce", "consume"]).status == 204
     owned = f"persistent://{ns}/owned"

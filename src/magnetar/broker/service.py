@@ -100,7 +100,11 @@ class BrokerService:
         self._server: asyncio.AbstractServer | None = None
         # Security: None when off, and then the handlers check nothing.
         self.authentication = build_authentication(config)
-        self.authorization = build_authorization(config, self._namespace_policies_written)
+        self.authorization = build_authorization(
+            config,
+            self._namespace_policies_written,
+            lambda tenant: self.namespaces.admin_roles(tenant),  # set below, used later
+        )
         self.tls_context = build_tls_context(config)
         self._tls_server: asyncio.AbstractServer | None = None
         self._timers: list[asyncio.Task[None]] = []

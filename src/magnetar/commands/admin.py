@@ -88,6 +88,19 @@ SUBSCRIPTION = _arg("-s", "--subscription", required=True, help="subscription na
 PARTITIONS = _arg("-p", "--partitions", type=int, required=True, help="number of partitions")
 
 
+# A tenant's admin roles may administer its namespaces and topics (as in Pulsar).
+TENANT_INFO = [
+    _arg("tenant"),
+    _arg("-r", "--admin-roles", help="comma-separated roles that administer the tenant"),
+    _arg("-c", "--allowed-clusters", help="comma-separated (default: standalone)"),
+]
+
+
+def _tenant_info(a: argparse.Namespace) -> dict[str, list[str]]:
+    return {"adminRoles": _split(a.admin_roles),
+            "allowedClusters": _split(a.allowed_clusters) or ["standalone"]}
+
+
 def _reset_cursor(a: argparse.Namespace) -> Call:
     if a.message_id:
         return ("POST", _sub(a) + "/resetcursor", _message_id(a.message_id), None)
@@ -116,13 +129,11 @@ GROUPS: dict[str, tuple[str, list[Command]]] = {
                 lambda a: ("GET", f"/admin/v2/tenants/{quote(a.tenant)}", None, None),
                 [_arg("tenant")]),
         Command("create", "create a tenant",
-                lambda a: ("PUT", f"/admin/v2/tenants/{quote(a.tenant)}",
-                           {"adminRoles": _split(a.admin_roles),
-                            "allowedClusters": _split(a.allowed_clusters) or ["standalone"]},
-                           None),
-                [_arg("tenant"),
-                 _arg("-r", "--admin-roles", help="comma-separated roles"),
-                 _arg("-c", "--allowed-clusters", help="comma-separated (default: standalone)")]),
+                lambda a: ("PUT", f"/admin/v2/tenants/{quote(a.tenant)}", _tenant_info(a),
+                           None), TENANT_INFO),
+        Command("update", "replace a tenant's admin roles and allowed clusters",
+                lambda a: ("POST", f"/admin/v2/tenants/{quote(a.tenant)}", _tenant_info(a),
+                           None), TENANT_INFO),
         Command("delete", "delete a tenant (it must have no namespaces)",
                 lambda a: ("DELETE", f"/admin/v2/tenants/{quote(a.tenant)}", None, None),
                 [_arg("tenant")]),

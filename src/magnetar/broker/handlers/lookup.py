@@ -20,16 +20,18 @@ T = BaseCommand.Type
 def handle_lookup(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     lookup = command.lookupTopic
     response = pb.CommandLookupTopicResponse(request_id=lookup.request_id)
-    refused = lookup_refusal(cnx, lookup.topic, "Lookup")
-    if refused is not None:
-        response.response = pb.CommandLookupTopicResponse.Failed
-        response.error = pb.AuthorizationError
-        response.message = refused
-        cnx.write_command(BaseCommand(type=T.LOOKUP_RESPONSE, lookupTopicResponse=response))
-        return
     try:
         name = TopicName.parse(lookup.topic)
+        # A missing tenant or namespace is TopicNotFound before any authorization
+        # check, as Pulsar answers it (its provider looks the tenant up first).
         cnx.service.namespaces.check(name.namespace_name)
+        refused = lookup_refusal(cnx, lookup.topic, "Lookup")
+        if refused is not None:
+            response.response = pb.CommandLookupTopicResponse.Failed
+            response.error = pb.AuthorizationError
+            response.message = refused
+            cnx.write_command(BaseCommand(type=T.LOOKUP_RESPONSE, lookupTopicResponse=response))
+            return
         listener = select(cnx.service.config, lookup.advertised_listener_name)
     except InvalidTopicName as exc:
         response.response = pb.CommandLookupTopicResponse.Failed
@@ -65,18 +67,18 @@ def handle_lookup(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
 def handle_partitioned_metadata(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     request = command.partitionMetadata
     response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
-    refused = lookup_refusal(cnx, request.topic, "Get Partition Metadata")
-    if refused is not None:
-        response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
-        response.error = pb.AuthorizationError
-        response.message = refused
-        cnx.write_command(
-            BaseCommand(type=T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=response)
-        )
-        return
     try:
         name = TopicName.parse(request.topic)
-        cnx.service.namespaces.check(name.namespace_name)
+        cnx.service.namespaces.check(name.namespace_name)  # before authorization, as LOOKUP
+        refused = lookup_refusal(cnx, request.topic, "Get Partition Metadata")
+        if refused is not None:
+            response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+            response.error = pb.AuthorizationError
+            response.message = refused
+            cnx.write_command(BaseCommand(
+                type=T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=response
+            ))
+            return
         partitions = cnx.service.partitions_for_lookup(name, request.metadata_auto_creation_enabled)
     except InvalidTopicName as exc:
         response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
