@@ -16,7 +16,7 @@ import pulsar
 import pytest
 from pulsar.schema import JsonSchema, Record, String
 
-from magnetar.commands.rest import RestClient
+from magnetar.commands.rest import AdminError, RestClient
 from magnetar.testing import EmbeddedBroker
 
 from .helpers import MAGNETAR, TIMEOUT, magnetar
@@ -186,7 +186,7 @@ def _copied_on_target(target: EmbeddedBroker, namespace: str, local: str) -> int
     try:
         stats: Any = _rest(target).call(
             "GET", f"/admin/v2/persistent/{namespace}/{local}/partitioned-stats").json()
-    except Exception:  # not created yet
+    except AdminError:  # not created yet
         return 0
     return int(stats.get("msgInCounter", 0))
 
@@ -235,6 +235,38 @@ def test_mirror_killed_midway_resumes_with_nothing_lost_or_duplicated(
     assert tail.returncode == 0, err
     assert f"{topic} (3 partitions): 500 copied, 0 already there" in out
     assert _rows(target, topic, 7500) == _rows(source, topic, 7500)
+
+
+def test_mirror_following_a_namespace_copies_its_new_topics(
+    source: EmbeddedBroker, target: EmbeddedBroker, namespace: str
+) -> None:
+    _produce(source, f"persistent://{namespace}/first", 0, 10)
+    tail = subprocess.Popen([*MAGNETAR, *_mirror_args(source, target, "--namespace", namespace,
+                                                      "--follow", "--discovery-interval", "0.2")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _produce(source, f"persistent://{namespace}/later", 0, 20)
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                stats: Any = _rest(target).call(
+                    "GET", f"/admin/v2/persistent/{namespace}/later/stats").json()
+            except AdminError:
+                stats = {}
+            if stats.get("msgInCounter", 0) >= 20:
+                break
+            assert tail.poll() is None, tail.communicate()
+            assert time.monotonic() < deadline, "the new topic was not copied"
+            time.sleep(0.02)
+        tail.send_signal(signal.SIGTERM)
+        out, err = tail.communicate(timeout=TIMEOUT)
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+    assert tail.returncode == 0, err
+    assert "30 messages copied, 0 already on the target, 2 topics" in out
+    assert _rows(target, f"persistent://{namespace}/later", 20) == _rows(
+        source, f"persistent://{namespace}/later", 20)
 
 
 def test_mirror_needs_the_targets_partitions_without_its_admin_url(
