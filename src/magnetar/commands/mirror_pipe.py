@@ -55,6 +55,19 @@ def sequence_id(message_id: MessageId) -> int:
     return (message_id.entry_id << INDEX_BITS) | index
 
 
+def check_order(last: MessageId | None, message_id: MessageId) -> None:
+    """Refuse a source whose entry ids start again in a later ledger (Apache Pulsar's
+    do; so would magnetar's after a machine crash lost entries the mirror had read):
+    numbered by entry id, the target's deduplication would drop those messages. A
+    redelivery goes back to an earlier ledger or entry, which is fine."""
+    if (last is not None and message_id.ledger_id > last.ledger_id
+            and message_id.entry_id < last.entry_id):
+        raise MirrorError(
+            f"message {message_id.ledger_id}:{message_id.entry_id} has a lower entry id than "
+            f"{last.ledger_id}:{last.entry_id} before it: the source's entry ids start again "
+            "in each ledger, and its messages cannot be numbered for deduplication")
+
+
 def producer_name(source_topic: str) -> str:
     return f"{PRODUCER_PREFIX}:{source_topic}"
 
@@ -135,6 +148,7 @@ class Pipe:
         self._inflight = asyncio.Queue(maxsize=2000)
         self._reader: asyncio.Task[None] | None = None
         self._stopping = False
+        self._last: MessageId | None = None  # the last message read
 
     def stop(self) -> None:
         """Stop reading; what was sent is still receipted and acknowledged."""
@@ -203,7 +217,10 @@ class Pipe:
                 return
 
     async def _send(self, message: Message) -> None:
-        sequence = sequence_id(message.message_id)
+        position = message.message_id
+        check_order(self._last, position)
+        self._last = position
+        sequence = sequence_id(position)
         producer = await self._producer_for(message.schema_version)
         if sequence <= producer.last_sequence_id:
             await self._inflight.put((None, message))  # the target has it
