@@ -304,3 +304,14 @@ def test_mirror_help_has_examples() -> None:
     done = magnetar("mirror", "--help")
     assert done.returncode == 0
     assert "examples:" in done.stdout and "--follow" in done.stdout
+
+
+def test_mirror_unreachable_target_is_exit_1(source: EmbeddedBroker) -> None:
+    _produce(source, f"persistent://public/default/t-{uuid.uuid4().hex[:8]}", 0, 1)
+    assert source.admin_url is not None
+    done = magnetar("mirror", "--service-url", source.service_url, "--admin-url",
+                    source.admin_url, "--to", "pulsar://127.0.0.1:9")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.startswith("magnetar mirror: ConnectError: cannot connect to 127.0.0.1:9")
+    assert done.stderr.count("\n") == 1

@@ -216,6 +216,7 @@ async def mirror(args: argparse.Namespace, filters: Filters) -> int:
     with _progress() as progress:
         async with make_client(args) as source, target:
             run = Mirror(args, source, target, progress)
+            failed = False
             try:
                 await run.add_new(filters)
                 if not run.topics and not args.follow:
@@ -230,13 +231,15 @@ async def mirror(args: argparse.Namespace, filters: Filters) -> int:
                 run.stop()
                 await asyncio.gather(*run.tasks)
             except BaseException:
+                failed = True
                 run.stop()
                 with contextlib.suppress(BaseException):
                     await asyncio.gather(*run.tasks, return_exceptions=True)
                 raise
             finally:
                 progress.stop()
-                print(run.summary(time.monotonic() - started), flush=True)
+                if run.pipes or not failed:  # and what was copied before an error
+                    print(run.summary(time.monotonic() - started), flush=True)
     return 0
 
 
