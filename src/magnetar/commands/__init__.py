@@ -1,7 +1,7 @@
 """The client-side subcommands of ``magnetar``: ``admin`` (like pulsar-admin),
-``produce`` and ``consume`` (like pulsar-client), ``perf`` (like pulsar-perf) and
-``request`` (one PIP-371 request). Each module adds its parser and runs its command;
-``magnetar.cli`` registers them."""
+``produce`` and ``consume`` (like pulsar-client), ``perf`` (like pulsar-perf),
+``request`` (one PIP-371 request) and ``mirror`` (copy topics to another cluster).
+Each module adds its parser and runs its command; ``magnetar.cli`` registers them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 def register(commands: Any) -> None:
     """Add the client commands to ``magnetar``'s subparsers."""
     from magnetar.commands.admin import add_admin_parser
+    from magnetar.commands.mirror import add_mirror_parser
     from magnetar.commands.perf import add_perf_parser
     from magnetar.commands.produce_consume import add_consume_parser, add_produce_parser
     from magnetar.commands.request import add_request_parser
@@ -21,6 +22,7 @@ def register(commands: Any) -> None:
     add_consume_parser(commands)
     add_perf_parser(commands)
     add_request_parser(commands)
+    add_mirror_parser(commands)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
         from magnetar.commands.perf import run_perf
 
         return run_perf(args)
+    if args.command == "mirror":
+        from magnetar.commands.mirror import run_mirror
+
+        return run_mirror(args)
     if args.command == "request":
         from magnetar.commands.request import run_request
 
