@@ -21,6 +21,7 @@ from magnetar.spark._loop import BackgroundLoop
 from magnetar.spark.options import SourceConfig
 from magnetar.spark.planning import TopicRange
 from magnetar.spark.positions import BEFORE_ALL, WHOLE_ENTRY, Key, seek_id
+from magnetar.spark.retry import retrying
 from magnetar.spark.rows import RowBuffer
 
 log = logging.getLogger("magnetar.spark")
@@ -40,12 +41,17 @@ class DataLossError(RuntimeError):
     """Messages the query should read are gone."""
 
 
+class PollTimeout(RuntimeError):
+    """The broker has messages for the range but sent none within ``pollTimeoutMs``
+    (not retried: the reader waited that long already)."""
+
+
 def read_range(config: SourceConfig, part: object) -> Iterator[pa.RecordBatch]:
     """The record batches of ``part`` (nothing for Spark's placeholder partition)."""
     if not isinstance(part, TopicRange) or part.lo >= part.hi:
         return
     with BackgroundLoop() as loop:
-        reader = loop.run(RangeReader.open(config, part))
+        reader = RangeReader(config, part)
         future = None
         try:
             future = loop.submit(reader.next_batch())
@@ -67,41 +73,58 @@ def _ends_entry(mid: MessageId) -> bool:
 
 
 class RangeReader:
-    """Reads one range with its own client (runs on the background loop)."""
+    """Reads one range with its own client (runs on the background loop).
 
-    def __init__(self, client: Client, reader: Reader, config: SourceConfig,
-                 part: TopicRange) -> None:
-        self._client = client
-        self._reader = reader
+    A retriable failure (the broker went away, a lookup timed out) closes the client
+    and opens a new reader at the last message read, retried with backoff within
+    ``operationTimeoutMs`` (see :mod:`magnetar.spark.retry`): a broker restart
+    costs the task a wait, not its rows."""
+
+    def __init__(self, config: SourceConfig, part: TopicRange) -> None:
+        self._client: Client | None = None
+        self._reader: Reader | None = None
         self._config = config
         self._part = part
         self._rows = RowBuffer(part.topic, part.partition)
         self._done = False
         self._first = True
+        self._floor = part.lo  # keys up to here are read (or before the range)
         self._waited = 0.0  # seconds spent waiting for messages the broker has
 
-    @classmethod
-    async def open(cls, config: SourceConfig, part: TopicRange) -> RangeReader:
-        client = config.client.connect()
-        try:
-            reader = await client.create_reader(
-                part.topic, seek_id(part.lo, part.partition), start_message_id_inclusive=True,
-                receiver_queue_size=config.receiver_queue_size,
-                subscription_role_prefix=config.subscription_prefix,
-            )
-        except BaseException:
+    async def _open(self) -> Reader:
+        """The reader, opened (again) at the entry holding ``_floor``."""
+        if self._reader is not None:
+            return self._reader
+        config, part = self._config, self._part
+        client = self._client = config.client.connect()
+        self._reader = await client.create_reader(
+            part.topic, seek_id(self._floor, part.partition), start_message_id_inclusive=True,
+            receiver_queue_size=config.receiver_queue_size,
+            subscription_role_prefix=config.subscription_prefix,
+        )
+        return self._reader
+
+    async def _drop(self, exc: BaseException | None = None) -> None:
+        """Forget the client and reader (after a failure: the next attempt reopens)."""
+        client, self._client, self._reader = self._client, None, None
+        if client is not None:
             await client.close()
-            raise
-        return cls(client, reader, config, part)
 
     async def next_batch(self) -> pa.RecordBatch | None:
         """Up to ``rowsPerBatch`` rows; ``None`` once the range is done."""
-        lo, hi = self._part.lo, self._part.hi
+        await retrying(self._fill, timeout=self._config.client.operation_timeout,
+                       what=f"reading {self._part.topic}", on_failure=self._drop)
         rows = self._rows
-        read = self._reader.read_next
-        room = self._config.rows_per_batch
+        return rows.take() if len(rows) else None
+
+    async def _fill(self) -> None:
+        """Add rows to the buffer until it holds ``rowsPerBatch`` or the range is done."""
+        hi = self._part.hi
+        rows = self._rows
+        read = (await self._open()).read_next
+        room = self._config.rows_per_batch - len(rows)
         # The per-message loop of every read: kept flat (no call that can be avoided).
-        while room and not self._done:
+        while room > 0 and not self._done:
             try:
                 msg = await read(_RECHECK_SECONDS)
             except TimeoutError:
@@ -115,28 +138,29 @@ class RangeReader:
             if self._first:
                 self._first = False
                 self._check_start(key)
-            if key <= lo:
+            if key <= self._floor:
                 continue
             if key > hi:
                 self._done = True
                 break
             rows.add(msg, key, mid.batch_size)
+            self._floor = key
             room -= 1
             if key == hi or (key[:2] == hi[:2] and _ends_entry(mid)):
                 # hi may stand for its whole entry (an id without batch index, as the
                 # broker reports the last message of a batch of one).
                 self._done = True
-        return rows.take() if len(rows) else None
 
     async def _ends_early(self) -> bool:
         """After a wait for a message: whether the topic ends before the range does (no
         more messages at all), which is data loss. Fails past ``pollTimeoutMs``."""
+        assert self._reader is not None
         if not await self._reader.has_message_available():
             self._lost(f"{self._part.topic} ended before {self._part.hi} was read")
             return True
         self._waited += _RECHECK_SECONDS
         if self._waited >= self._config.poll_timeout:
-            raise TimeoutError(
+            raise PollTimeout(
                 f"{self._part.topic}: no message within pollTimeoutMs "
                 f"({self._config.poll_timeout:.0f}s) although the broker has more"
             )
@@ -156,4 +180,4 @@ class RangeReader:
         log.warning("%s; going on (failOnDataLoss is false)", what)
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._drop()

@@ -52,6 +52,7 @@ from magnetar.spark.positions import (
     offsets_to_dict,
 )
 from magnetar.spark.reading import DATA_LOSS_HINT, DataLossError, read_range
+from magnetar.spark.retry import retrying
 
 log = logging.getLogger("magnetar.spark")
 R = TypeVar("R")
@@ -80,7 +81,12 @@ class StreamSession:
                 initial_position="earliest", receiver_queue_size=1,
             )
             lo = start[topic]
-            await consumer.seek(EARLIEST if lo == BEFORE_ALL else MessageId(lo[0], lo[1], -1))
+            try:
+                await consumer.seek(EARLIEST if lo == BEFORE_ALL
+                                    else MessageId(lo[0], lo[1], -1))
+            except BaseException:
+                await consumer.close()  # else the retry's subscription finds it busy
+                raise
             self._durable[topic] = consumer
 
         await asyncio.gather(*(subscribe(t) for t in new))
@@ -121,6 +127,16 @@ class StreamSession:
             raise DataLossError(f"{what}. {DATA_LOSS_HINT}")
         log.warning("%s; going on (failOnDataLoss is false)", what)
 
+    async def run(self, work: Callable[[StreamSession], Coroutine[Any, Any, R]]) -> R:
+        """``work(self)``, retried across a broker outage within ``operationTimeoutMs``;
+        a failed attempt's probes are dropped (their next use opens new ones), the
+        durable subscriptions reconnect by themselves."""
+        async def dropped(exc: BaseException) -> None:
+            await self.planner.close()
+
+        return await retrying(lambda: work(self), timeout=self.config.client.operation_timeout,
+                              what="the pulsar source's offset query", on_failure=dropped)
+
     async def close(self) -> None:
         consumers = list(self._durable.values())
         self._durable.clear()
@@ -153,7 +169,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         if self._session is None:
             self._session = self._loop.run(start())
             self._stop_on_sigterm()
-        return self._loop.run(work(self._session))
+        return self._loop.run(self._session.run(work))
 
     def _stop_on_sigterm(self) -> None:
         """Spark ends this planner process with SIGTERM when the query stops, without
