@@ -91,6 +91,13 @@ class RangeReader:
         self._floor = part.lo  # keys up to here are read (or before the range)
         self._waited = 0.0  # seconds spent waiting for messages the broker has
 
+    @classmethod
+    async def open(cls, config: SourceConfig, part: TopicRange) -> RangeReader:
+        """A reader of ``part``, connected now (``next_batch`` connects otherwise)."""
+        reader = cls(config, part)
+        await reader._open()
+        return reader
+
     async def _open(self) -> Reader:
         """The reader, opened (again) at the entry holding ``_floor``."""
         if self._reader is not None:
