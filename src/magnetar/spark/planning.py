@@ -137,8 +137,6 @@ class Planner:
         return [p for names in lists for p in names]
 
     async def _matching(self, pattern: str) -> list[str]:
-        if "://" not in pattern:
-            pattern = "persistent://public/default/" + pattern
         regex = re.compile(pattern)
         domain, namespace = pattern_namespace(pattern)
         # The client's lookup service speaks GET_TOPICS_OF_NAMESPACE, as its own
