@@ -14,15 +14,15 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from magnetar.client import Client, Reader
+from magnetar.client import Client
+from magnetar.client.entry_reader import EntryReader
 from magnetar.client.errors import TimeoutError
-from magnetar.protocol.message_id import MessageId
 from magnetar.spark._loop import BackgroundLoop
+from magnetar.spark.entry_rows import EntryRows
 from magnetar.spark.options import SourceConfig
 from magnetar.spark.planning import TopicRange
 from magnetar.spark.positions import BEFORE_ALL, WHOLE_ENTRY, Key, seek_id
 from magnetar.spark.retry import retrying
-from magnetar.spark.rows import RowBuffer
 
 log = logging.getLogger("magnetar.spark")
 
@@ -67,13 +67,9 @@ def read_range(config: SourceConfig, part: object) -> Iterator[pa.RecordBatch]:
             loop.run(reader.close())
 
 
-def _ends_entry(mid: MessageId) -> bool:
-    """Whether the message ``mid`` is the last of its entry."""
-    return mid.batch_index < 0 or 0 < mid.batch_size <= mid.batch_index + 1
-
-
 class RangeReader:
-    """Reads one range with its own client (runs on the background loop).
+    """Reads one range with its own client (runs on the background loop), entry by
+    entry: each entry's messages inside the range go into the columns at once.
 
     A retriable failure (the broker went away, a lookup timed out) closes the client
     and opens a new reader at the last message read, retried with backoff within
@@ -82,14 +78,15 @@ class RangeReader:
 
     def __init__(self, config: SourceConfig, part: TopicRange) -> None:
         self._client: Client | None = None
-        self._reader: Reader | None = None
+        self._reader: EntryReader | None = None
         self._config = config
         self._part = part
-        self._rows = RowBuffer(part.topic, part.partition)
+        self._rows = EntryRows(part.topic, part.partition)
         self._done = False
         self._first = True
         self._floor = part.lo  # keys up to here are read (or before the range)
         self._waited = 0.0  # seconds spent waiting for messages the broker has
+        self.bytes_read = 0  # payload bytes of the entries read
 
     @classmethod
     async def open(cls, config: SourceConfig, part: TopicRange) -> RangeReader:
@@ -98,15 +95,16 @@ class RangeReader:
         await reader._open()
         return reader
 
-    async def _open(self) -> Reader:
+    async def _open(self) -> EntryReader:
         """The reader, opened (again) at the entry holding ``_floor``."""
         if self._reader is not None:
             return self._reader
         config, part = self._config, self._part
         client = self._client = config.client.connect()
-        self._reader = await client.create_reader(
-            part.topic, seek_id(self._floor, part.partition), start_message_id_inclusive=True,
-            receiver_queue_size=config.receiver_queue_size,
+        self._reader = await EntryReader.create(
+            client, part.topic, seek_id(self._floor, part.partition),
+            start_message_id_inclusive=True,
+            receiver_queue_size=max(2, config.receiver_queue_size // 10),
             subscription_role_prefix=config.subscription_prefix,
         )
         return self._reader
@@ -118,45 +116,51 @@ class RangeReader:
             await client.close()
 
     async def next_batch(self) -> pa.RecordBatch | None:
-        """Up to ``rowsPerBatch`` rows; ``None`` once the range is done."""
+        """About ``rowsPerBatch`` rows (whole entries); ``None`` once the range is done."""
         await retrying(self._fill, timeout=self._config.client.operation_timeout,
                        what=f"reading {self._part.topic}", on_failure=self._drop)
         rows = self._rows
         return rows.take() if len(rows) else None
 
     async def _fill(self) -> None:
-        """Add rows to the buffer until it holds ``rowsPerBatch`` or the range is done."""
+        """Add entries' rows until there are ``rowsPerBatch`` or the range is done."""
         hi = self._part.hi
         rows = self._rows
         read = (await self._open()).read_next
-        room = self._config.rows_per_batch - len(rows)
-        # The per-message loop of every read: kept flat (no call that can be avoided).
-        while room > 0 and not self._done:
+        wanted = self._config.rows_per_batch
+        while len(rows) < wanted and not self._done:
             try:
-                msg = await read(_RECHECK_SECONDS)
+                entry = await read(_RECHECK_SECONDS)
             except TimeoutError:
                 self._done = await self._ends_early()
                 continue
             if self._waited:
                 self._waited = 0.0  # pollTimeoutMs is per message
-            mid = msg.message_id
-            index = mid.batch_index
-            key = (mid.ledger_id, mid.entry_id, index if index >= 0 else WHOLE_ENTRY)
+            position = (entry.ledger_id, entry.entry_id)
+            meta = entry.metadata
+            batched = meta.HasField("num_messages_in_batch")
             if self._first:
                 self._first = False
-                self._check_start(key)
-            if key <= self._floor:
-                continue
-            if key > hi:
+                self._check_start((*position, 0 if batched else WHOLE_ENTRY))
+            if position > hi[:2]:
                 self._done = True
                 break
-            rows.add(msg, key, mid.batch_size)
-            self._floor = key
-            room -= 1
-            if key == hi or (key[:2] == hi[:2] and _ends_entry(mid)):
-                # hi may stand for its whole entry (an id without batch index, as the
-                # broker reports the last message of a batch of one).
-                self._done = True
+            floor = self._floor
+            if position < floor[:2] or (position == floor[:2] and floor[2] == WHOLE_ENTRY):
+                continue  # read already, or before the range
+            if not batched:
+                rows.add(entry)
+                self._floor = (*position, WHOLE_ENTRY)
+            else:
+                size = meta.num_messages_in_batch
+                first = floor[2] + 1 if position == floor[:2] else 0
+                stop = min(size, hi[2] + 1) if position == hi[:2] else size
+                if first < stop:
+                    rows.add(entry, first, stop)
+                    self._floor = (*position, stop - 1)
+            self.bytes_read += len(entry.payload)
+            if position == hi[:2]:
+                self._done = True  # every message of the range in this entry is read
 
     async def _ends_early(self) -> bool:
         """After a wait for a message: whether the topic ends before the range does (no
