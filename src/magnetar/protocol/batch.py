@@ -30,7 +30,7 @@ def split_batch(payload: bytes, count: int) -> list[tuple[pb.SingleMessageMetada
         for _ in range(count):
             (size,) = _unpack_u32(view, pos)
             pos += 4
-            single = _parse_single(view[pos : pos + size])
+            single = _parse_single(view[pos : pos + size])  # type: ignore[arg-type]  # any buffer
             pos += size
             end = pos + single.payload_size
             if end > total:
