@@ -290,3 +290,19 @@ def test_streaming_write_round_trip(
     columns = ("value", "__key", "__messageProperties", "__eventTime")
     assert [tuple(r[c] for c in columns) for r in back] == [
         tuple(r[c] for c in columns) for r in original]
+
+
+def test_streaming_max_bytes_per_trigger(
+    spark: Any, spark_broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """maxBytesPerTrigger (a soft limit, as pulsar-spark's): about that many bytes of
+    entries per micro-batch, every message once."""
+    topic = new_topic("bytes")
+    values = [f"{i:03d}".ljust(100, ".") for i in range(30)]
+    produce(spark_broker, topic, values)  # unbatched: entries of 100 bytes
+    options = {"service.url": spark_broker.service_url, "topic": topic,
+               "startingOffsets": "earliest", "maxBytesPerTrigger": "1000"}
+    batches: list[tuple[int, list[str]]] = []
+    run_stream(spark, options, tmp_path / "cp", batches)
+    assert [v for _, got in batches for v in got] == values
+    assert [len(got) for _, got in batches] == [10, 10, 10]

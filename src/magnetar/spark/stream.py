@@ -35,6 +35,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
@@ -107,6 +108,12 @@ class StreamSession:
             end[topic] = top
         if isinstance(limit, ReadMaxRows):
             end = await self.planner.capped_ends(start, end, limit.max_rows)
+        max_bytes = (limit.max_bytes if isinstance(limit, ReadMaxBytes)
+                     else self.config.max_bytes_per_trigger if isinstance(limit, ReadMaxRows)
+                     else None)
+        if max_bytes:
+            entries = await self.planner.entries_in_bytes(start, end, max_bytes)
+            end = await self.planner.capped_ends(start, end, entries)
         return end
 
     async def commit(self, end: dict[str, Key]) -> None:
@@ -199,7 +206,10 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
 
     def getDefaultReadLimit(self) -> ReadLimit:
         per_trigger = self.config.max_entries_per_trigger
-        return ReadMaxRows(per_trigger) if per_trigger else ReadAllAvailable()
+        if per_trigger:
+            return ReadMaxRows(per_trigger)  # and maxBytesPerTrigger, if given, too
+        max_bytes = self.config.max_bytes_per_trigger
+        return ReadMaxBytes(max_bytes) if max_bytes else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = offsets_from_dict(start)
