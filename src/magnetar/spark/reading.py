@@ -1,10 +1,11 @@
 """Executor-side reading: the messages of one :class:`TopicRange`, as record batches.
 
 A task knows nothing but its range and the source's options (both pickled to it): it
-opens its own client and a reader positioned at the entry holding ``lo``, keeps the
-messages whose keys lie in ``(lo, hi]`` and stops at the first key past ``hi``.  The
+opens its own client and an entry reader positioned at the entry holding ``lo``, keeps
+the messages whose keys lie in ``(lo, hi]`` (an entry's at once, see
+:mod:`magnetar.spark.entry_rows`) and stops at the first entry past ``hi``.  The
 client's loop runs on a background thread, which decodes the next chunk while Spark
-converts the last one.
+converts the last one.  A broker outage is retried (:mod:`magnetar.spark.retry`).
 """
 
 from __future__ import annotations
@@ -86,7 +87,6 @@ class RangeReader:
         self._first = True
         self._floor = part.lo  # keys up to here are read (or before the range)
         self._waited = 0.0  # seconds spent waiting for messages the broker has
-        self.bytes_read = 0  # payload bytes of the entries read
 
     @classmethod
     async def open(cls, config: SourceConfig, part: TopicRange) -> RangeReader:
@@ -158,7 +158,6 @@ class RangeReader:
                 if first < stop:
                     rows.add(entry, first, stop)
                     self._floor = (*position, stop - 1)
-            self.bytes_read += len(entry.payload)
             if position == hi[:2]:
                 self._done = True  # every message of the range in this entry is read
 
