@@ -239,7 +239,9 @@ def test_streaming_read_micro_batches_and_restarts(
     assert backlog(spark_broker, topic, "spark-stream-test") <= 5
 
 
-def test_batch_write_round_trip(spark: Any, spark_broker: EmbeddedBroker) -> None:
+def test_batch_write_round_trip(
+    spark: Any, spark_broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
+) -> None:
     out = new_topic("write")
     other = new_topic("write-other")
     rows = [(f"w{i}".encode(), f"key{i % 3}", {"n": str(i)},
@@ -257,6 +259,15 @@ def test_batch_write_round_trip(spark: Any, spark_broker: EmbeddedBroker) -> Non
                  r["__eventTime"]) for r in back] == [w[:4] for w in wanted]
         ids = [MessageId.deserialize(bytes(r["__messageId"])) for r in back]
         assert max(m.batch_index for m in ids) > 0  # the producer batched
+    # The official client reads the batches the writer built as any batch.
+    official = client_factory(spark_broker.service_url)
+    reader = official.create_reader(out, pulsar.MessageId.earliest)
+    got = []
+    while reader.has_message_available():
+        m = reader.read_next(10_000)
+        got.append((m.data(), m.partition_key(), m.properties(), m.event_timestamp()))
+    assert got == [(w[0], w[1], w[2], round(w[3].timestamp() * 1000))
+                   for w in rows if w[4] == out]
 
     with pytest.raises(Exception, match="needs a 'value' column"):
         spark.createDataFrame([("x",)], "v string").write.format("pulsar") \
