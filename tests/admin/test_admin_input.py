@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from admin_http import Reply, http
 
 from magnetar.protocol.frames import FrameDecoder, encode_command
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker
-
-from .admin_http import Reply, http
 
 NS = "/admin/v2/persistent/public/default"
 MAX_JSON_DEPTH = 64  # the bound (magnetar.admin.inputs)

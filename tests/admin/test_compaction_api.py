@@ -5,43 +5,18 @@ topics (set, read, applied, removed, refused, kept across a restart)."""
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
+from admin_http import http
 
 from magnetar.testing import EmbeddedBroker
 
 NS_PATH = "/admin/v2/namespaces/public/default/compactionThreshold"
-
-
-@dataclass
-class Reply:
-    status: int
-    body: str
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def http(broker: EmbeddedBroker, method: str, path: str, body: bytes | None = None) -> Reply:
-    request = urllib.request.Request(
-        f"{broker.admin_url}{path}", data=body, method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return Reply(response.status, response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, exc.reason or exc.read().decode())
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +93,7 @@ def test_a_second_trigger_while_running_is_a_conflict(
     assert http(broker, "PUT", rest(topic) + "/compaction").status == 204
     again = http(broker, "PUT", rest(topic) + "/compaction")
     assert again.status == 409
-    assert "already in progress" in again.body
+    assert "already in progress" in again.text
     assert wait_status(broker, topic)["status"] == "SUCCESS"
     assert http(broker, "PUT", rest(topic) + "/compaction").status == 204  # done: allowed
     assert wait_status(broker, topic)["status"] == "SUCCESS"

@@ -5,17 +5,13 @@ client receives, persistence across a restart, partitioned topics, and refusals.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
+from admin_http import http
 
 from magnetar.testing import EmbeddedBroker
 
@@ -28,33 +24,6 @@ SETTINGS = {
     "redelivery_backoff_max_ms": 600_000,
     "redelivery_backoff_multiplier": 2.0,
 }
-
-
-@dataclass
-class Reply:
-    status: int
-    reason: str
-    body: str
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def http(broker: EmbeddedBroker, method: str, path: str, body: object = None) -> Reply:
-    data = None
-    if body is not None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(
-        f"{broker.admin_url}{path}",
-        data=data,
-        method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return Reply(response.status, response.reason, response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, exc.reason, exc.read().decode())
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
+from admin_http import http, ok, wait_for
 
 from magnetar.testing import EmbeddedBroker
-
-from .admin_http import http, ok, wait_for
 
 NS = "/admin/v2/persistent/public/default"
 RECEIVE_MS = 30_000

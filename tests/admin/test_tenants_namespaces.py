@@ -10,43 +10,18 @@ deleted, and a data directory written before namespaces were registered keeps it
 
 from __future__ import annotations
 
-import json
 import shutil
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
+from admin_http import Reply, http
 
 from magnetar.testing import EmbeddedBroker
 
 TENANT_INFO = {"adminRoles": [], "allowedClusters": ["standalone"]}
-
-
-@dataclass
-class Reply:
-    status: int
-    body: str
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def http(broker: EmbeddedBroker, method: str, path: str, body: object = None) -> Reply:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{broker.admin_url}{path}", data=data, method=method)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return Reply(response.status, response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, exc.read().decode())
 
 
 def refused(reply: Reply, status: int, reason: str) -> bool:

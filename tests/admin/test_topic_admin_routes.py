@@ -13,11 +13,10 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
+from admin_http import http, ok, wait_for
 
 from magnetar.broker.rates import MovingRate, RateTracker
 from magnetar.testing import EmbeddedBroker
-
-from .admin_http import http, ok, wait_for
 
 NS = "/admin/v2/persistent/public/default"
 

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from admin_http import http
 
 from magnetar.client import AuthenticationToken, Client
 from magnetar.client.errors import AuthorizationError
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, bearer, http, quiet
+from .helpers import Keys, admin, bearer, quiet
 
 SETTINGS = {
     "admin": True,
@@ -39,10 +40,6 @@ def namespace(broker: EmbeddedBroker, keys: Keys) -> str:
     ns = f"public/ns-{uuid.uuid4().hex[:8]}"
     admin(broker, keys, "PUT", f"/admin/v2/namespaces/{ns}")
     return ns
-
-
-def admin(broker: EmbeddedBroker, keys: Keys, method: str, path: str, body: object = None):  # type: ignore[no-untyped-def]
-    return http(f"{broker.admin_url}{path}", method, body, headers=bearer(keys.token("admin")))
 
 
 def client(broker: EmbeddedBroker, keys: Keys, role: str) -> Client:
@@ -181,8 +178,8 @@ def test_bad_grants(broker: EmbeddedBroker, keys: Keys, body: object, status: in
 
 def test_permission_routes_need_a_superuser(broker: EmbeddedBroker, keys: Keys) -> None:
     ns = namespace(broker, keys)
-    reply = http(f"{broker.admin_url}/admin/v2/namespaces/{ns}/permissions/me", "POST",
-                 ["produce"], headers=bearer(keys.token("me")))
+    reply = http(broker, "POST", f"/admin/v2/namespaces/{ns}/permissions/me", ["produce"],
+                 headers=bearer(keys.token("me")))
     assert reply.status == 403
     assert http(f"{broker.admin_url}/admin/v2/namespaces/{ns}/permissions").status == 401
 

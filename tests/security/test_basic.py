@@ -14,6 +14,7 @@ from pathlib import Path
 import bcrypt
 import pulsar
 import pytest
+from admin_http import http
 
 from magnetar.broker.auth.basic import check_password, parse_htpasswd
 from magnetar.broker.auth.providers import SettingError
@@ -21,7 +22,7 @@ from magnetar.client import AuthenticationBasic, AuthenticationToken, Client
 from magnetar.client.errors import AuthenticationError
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, http, quiet
+from .helpers import Keys, quiet
 
 # Written by `openssl passwd -apr1 -salt abcdefgh 'p@ss word'` (another implementation).
 APR1 = "$apr1$abcdefgh$aJUuGLjz3OI4ylHF//t5U1"

@@ -15,7 +15,7 @@ from magnetar.client import AuthenticationToken, Client
 from magnetar.client.errors import AuthorizationError
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, Reply, bearer, http, quiet
+from .helpers import Keys, as_role, quiet
 
 SETTINGS = {
     "admin": True,
@@ -30,11 +30,6 @@ BOSS = "acme-admin"
 def broker(keys: Keys) -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(token_secret_key=keys.url, **SETTINGS) as b:  # type: ignore[arg-type]
         yield b
-
-
-def as_role(broker: EmbeddedBroker, keys: Keys, role: str, method: str, path: str,
-            body: object = None) -> Reply:
-    return http(f"{broker.admin_url}{path}", method, body, headers=bearer(keys.token(role)))
 
 
 @pytest.fixture

@@ -12,12 +12,13 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 import trustme
+from admin_http import http
 
 from magnetar.client import AuthenticationTLS, AuthenticationToken, Client
 from magnetar.client.errors import AuthorizationError, ConnectError
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, Pki, bearer, http, quiet
+from .helpers import Keys, Pki, bearer, quiet
 
 
 def tls_url(broker: EmbeddedBroker, host: str = "localhost") -> str:
