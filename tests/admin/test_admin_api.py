@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pulsar
 import pytest
 from admin_http import http
+from official_client import quiet_logger
 from prometheus_client.parser import text_string_to_metric_families
 
 from magnetar.testing import EmbeddedBroker
@@ -36,16 +37,10 @@ def admin_broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture
-def pulsar_client(admin_broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(
-        admin_broker.service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
-        operation_timeout_seconds=10,
-    )
-    try:
-        yield client
-    finally:
-        client.close()
+def pulsar_client(
+    admin_broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
+) -> pulsar.Client:
+    return client_factory(admin_broker.service_url)
 
 
 @pytest.fixture
@@ -557,7 +552,7 @@ def test_put_creates_a_topic_even_where_clients_may_not(local: str) -> None:
     with EmbeddedBroker(admin=True, allow_auto_topic_creation=False) as broker:
         client = pulsar.Client(
             broker.service_url,
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            logger=quiet_logger(),
             operation_timeout_seconds=5,
         )
         try:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pulsar
 import pytest
 from admin_http import http
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
 
@@ -26,12 +27,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 
 
 @pytest.fixture
-def pulsar_client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(broker.service_url,
-                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-                           operation_timeout_seconds=10)
-    yield client
-    client.close()
+def pulsar_client(
+    broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
+) -> pulsar.Client:
+    return client_factory(broker.service_url)
 
 
 def new_topic() -> str:
@@ -192,7 +191,7 @@ def test_thresholds_survive_a_restart(tmp_path: Path) -> None:
     topic = new_topic()
     with EmbeddedBroker(admin=True, data_dir=tmp_path) as broker:
         client = pulsar.Client(broker.service_url,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         fill(client, topic, 1)
         client.close()
         assert http(broker, "POST", rest(topic) + "/compactionThreshold", b"1234").status == 204

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pulsar
 import pytest
 from admin_http import http
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
 
@@ -25,14 +26,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 
 
 @pytest.fixture
-def pulsar_client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(
-        broker.service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        operation_timeout_seconds=10,
-    )
-    yield client
-    client.close()
+def pulsar_client(
+    broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
+) -> pulsar.Client:
+    return client_factory(broker.service_url)
 
 
 def ensure_namespace(broker: EmbeddedBroker, namespace: str) -> str:
@@ -166,7 +163,7 @@ def test_topic_overrides_namespace_overrides_broker(
 
 def test_namespace_off_under_a_broker_that_has_it_on(tmp_path: Path) -> None:
     with EmbeddedBroker(admin=True, data_dir=tmp_path, broker_deduplication_enabled=True) as b:
-        client = pulsar.Client(b.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        client = pulsar.Client(b.service_url, logger=quiet_logger())
         try:
             ensure_namespace(b, "acme/on")
             ensure_namespace(b, "acme/off")
@@ -206,7 +203,7 @@ def test_switches_survive_a_restart(tmp_path: Path) -> None:
     with EmbeddedBroker(admin=True, data_dir=tmp_path) as b:
         assert http(b, "GET", ns_path("acme/keep")).json() is True
         assert http(b, "GET", topic_path("persistent://acme/keep/t2")).json() is False
-        client = pulsar.Client(b.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        client = pulsar.Client(b.service_url, logger=quiet_logger())
         try:
             assert deduplicates(client, topic)
             assert not deduplicates(client, "persistent://acme/keep/t2")

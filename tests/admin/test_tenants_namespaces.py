@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pulsar
 import pytest
 from admin_http import Reply, http
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
 
@@ -38,14 +39,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 
 
 @pytest.fixture
-def client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(
-        broker.service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        operation_timeout_seconds=30,
-    )
-    yield client
-    client.close()
+def client(
+    broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
+) -> pulsar.Client:
+    return client_factory(broker.service_url, operation_timeout_seconds=30)
 
 
 @pytest.fixture
@@ -247,7 +244,7 @@ def test_an_older_data_dir_keeps_the_namespaces_its_topics_are_in(tmp_path: Path
         assert http(broker, "POST", "/admin/v2/namespaces/legacy/tuned/redeliveryBackoff",
                     backoff).status == 204
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         try:
             client.create_producer(topic).send(b"from before")
         finally:
@@ -264,7 +261,7 @@ def test_an_older_data_dir_keeps_the_namespaces_its_topics_are_in(tmp_path: Path
         assert http(broker, "GET", "/admin/v2/namespaces/legacy/tuned/redeliveryBackoff"
                     ).json() == backoff
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         try:
             reader = client.create_reader(topic, pulsar.MessageId.earliest)
             assert reader.read_next(10_000).data() == b"from before"

@@ -7,16 +7,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import pulsar
 import trustme
 from admin_http import Reply, as_json, http
 
 from magnetar.broker.auth.tokens import create_token
 from magnetar.testing import EmbeddedBroker
-
-
-def quiet() -> pulsar.ConsoleLogger:
-    return pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 
 @dataclass
