@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pulsar
@@ -23,13 +23,6 @@ from magnetar.testing import EmbeddedBroker
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(admin=True, data_dir=tmp_path_factory.mktemp("dedup")) as b:
         yield b
-
-
-@pytest.fixture
-def pulsar_client(
-    broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
-) -> pulsar.Client:
-    return client_factory(broker.service_url)
 
 
 def ensure_namespace(broker: EmbeddedBroker, namespace: str) -> str:
@@ -120,7 +113,7 @@ def test_refusals(broker: EmbeddedBroker, namespace: str) -> None:
 
 
 def test_partitioned_topic_switch_is_set_on_its_partitions(
-    broker: EmbeddedBroker, pulsar_client: pulsar.Client, namespace: str
+    broker: EmbeddedBroker, client: pulsar.Client, namespace: str
 ) -> None:
     topic = f"persistent://{namespace}/parted"
     domain, rest = topic.split("://")
@@ -129,36 +122,36 @@ def test_partitioned_topic_switch_is_set_on_its_partitions(
     assert http(broker, "GET", topic_path(topic)).json() is True
     for index in range(2):
         assert http(broker, "GET", topic_path(f"{topic}-partition-{index}")).json() is True
-        assert deduplicates(pulsar_client, f"{topic}-partition-{index}")
+        assert deduplicates(client, f"{topic}-partition-{index}")
 
 
 # ------------------------------------------------------------------ what the client sees
 
 
 def test_topic_overrides_namespace_overrides_broker(
-    broker: EmbeddedBroker, pulsar_client: pulsar.Client, namespace: str
+    broker: EmbeddedBroker, client: pulsar.Client, namespace: str
 ) -> None:
     loaded = f"persistent://{namespace}/loaded"
-    assert not deduplicates(pulsar_client, loaded)  # the broker's default: off
+    assert not deduplicates(client, loaded)  # the broker's default: off
 
     assert http(broker, "POST", ns_path(namespace), b"true").status == 204
-    assert deduplicates(pulsar_client, loaded)  # applied to the loaded topic at once
-    assert deduplicates(pulsar_client, f"persistent://{namespace}/new")
+    assert deduplicates(client, loaded)  # applied to the loaded topic at once
+    assert deduplicates(client, f"persistent://{namespace}/new")
 
     topic = f"persistent://{namespace}/own"
     create_topic(broker, topic)
     assert http(broker, "POST", topic_path(topic), b"false").status == 204
-    assert not deduplicates(pulsar_client, topic)
+    assert not deduplicates(client, topic)
     stats = http(broker, "GET", topic_path(topic, "stats")).json()
     assert stats["deduplicationStatus"] == "Disabled"
 
     assert http(broker, "DELETE", topic_path(topic)).status == 204
-    assert deduplicates(pulsar_client, topic)  # back to the namespace's
+    assert deduplicates(client, topic)  # back to the namespace's
     assert http(broker, "GET", topic_path(topic, "stats")).json()[
         "deduplicationStatus"] == "Enabled"
 
     assert http(broker, "DELETE", ns_path(namespace)).status == 204
-    assert not deduplicates(pulsar_client, loaded)
+    assert not deduplicates(client, loaded)
 
 
 def test_namespace_off_under_a_broker_that_has_it_on(tmp_path: Path) -> None:

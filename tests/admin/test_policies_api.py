@@ -6,7 +6,7 @@ client receives, persistence across a restart, partitioned topics, and refusals.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pulsar
@@ -32,13 +32,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
         admin=True, data_dir=tmp_path_factory.mktemp("policies"), **SETTINGS
     ) as b:
         yield b
-
-
-@pytest.fixture
-def pulsar_client(
-    broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
-) -> pulsar.Client:
-    return client_factory(broker.service_url)
 
 
 @pytest.fixture
@@ -137,23 +130,23 @@ def test_left_out_fields_take_their_defaults(broker: EmbeddedBroker, namespace: 
 
 
 def test_topic_overrides_namespace_overrides_broker(
-    broker: EmbeddedBroker, pulsar_client: pulsar.Client, namespace: str
+    broker: EmbeddedBroker, client: pulsar.Client, namespace: str
 ) -> None:
-    held_by_broker = nack_once(pulsar_client, f"persistent://{namespace}/a", b"a")
+    held_by_broker = nack_once(client, f"persistent://{namespace}/a", b"a")
     assert not redelivered_soon(held_by_broker)  # the broker's 10 minutes
 
     assert http(broker, "POST", ns_path(namespace), OFF).status == 204
-    off_by_namespace = nack_once(pulsar_client, f"persistent://{namespace}/b", b"b")
+    off_by_namespace = nack_once(client, f"persistent://{namespace}/b", b"b")
     assert redelivered_soon(off_by_namespace)
 
     topic = f"persistent://{namespace}/c"
     create_topic(broker, topic)
     assert http(broker, "POST", topic_path(topic), LONG).status == 204
-    held_by_topic = nack_once(pulsar_client, topic, b"c1")
+    held_by_topic = nack_once(client, topic, b"c1")
     assert not redelivered_soon(held_by_topic)
 
     assert http(broker, "DELETE", topic_path(topic)).status == 204
-    back_to_namespace = nack_once(pulsar_client, topic, b"c2")
+    back_to_namespace = nack_once(client, topic, b"c2")
     assert redelivered_soon(back_to_namespace)
 
 
