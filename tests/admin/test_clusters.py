@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from admin_http import http
 
 from magnetar.testing import EmbeddedBroker
 
-from .test_tenants_namespaces import http, refused
+from .test_tenants_namespaces import refused
 
 EAST = {"serviceUrl": "http://east.example.com:8080",
         "brokerServiceUrl": "pulsar://east.example.com:6650"}

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from admin_http import http
 
 from magnetar.testing import EmbeddedBroker
 
-from .test_tenants_namespaces import http, refused
+from .test_tenants_namespaces import refused
 
 # What Pulsar's Java admin client sends for `new Policies()` (its defaults).
 DEFAULTS: dict[str, Any] = {

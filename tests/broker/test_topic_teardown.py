@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
 
@@ -60,7 +61,7 @@ def test_an_unloaded_topic_is_freed_without_the_garbage_collector(
 ) -> None:
     name = f"persistent://public/default/teardown-{uuid.uuid4().hex[:8]}"
     client = pulsar.Client(
-        teardown_broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        teardown_broker.service_url, logger=quiet_logger()
     )
     try:
         producer = client.create_producer(name, batching_enabled=False)

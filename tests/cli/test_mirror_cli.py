@@ -14,6 +14,7 @@ from typing import Any
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 from pulsar.schema import JsonSchema, Record, String
 
 from magnetar.commands.rest import AdminError, RestClient
@@ -66,7 +67,7 @@ def _rows(broker: EmbeddedBroker, topic: str, count: int) -> list[Row]:
     ordering key, properties, event time), in each partition's order; ``count`` of
     them and no more."""
     client = pulsar.Client(broker.service_url,
-                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                           logger=quiet_logger())
     try:
         consumer = client.subscribe(topic, f"check-{uuid.uuid4().hex[:8]}",
                                     initial_position=pulsar.InitialPosition.Earliest)
@@ -86,7 +87,7 @@ def _rows(broker: EmbeddedBroker, topic: str, count: int) -> list[Row]:
 def _produce(broker: EmbeddedBroker, topic: str, start: int, count: int,
              batching: bool = False) -> None:
     client = pulsar.Client(broker.service_url,
-                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                           logger=quiet_logger())
     # The source keeps what the mirror acknowledges only while another subscription
     # holds it (no retention), for _rows to compare with.
     client.subscribe(topic, "keep").close()
@@ -127,7 +128,7 @@ def test_mirror_keeps_keys_properties_event_times_partitions_and_schemas(
     _produce(source, parted, 0, 60)
     _produce(source, plain, 0, 200, batching=True)
     client = pulsar.Client(source.service_url,
-                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                           logger=quiet_logger())
     first = client.create_producer(typed, schema=JsonSchema(Source))
     first.send(Source(name="ada"), partition_key="a")
     first.close()
@@ -155,7 +156,7 @@ def test_mirror_keeps_keys_properties_event_times_partitions_and_schemas(
         "getSchemaResponses"]]
     assert {f["name"] for f in versions[1]["fields"]} == {"city", "name"}
     reader = pulsar.Client(target.service_url,
-                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                           logger=quiet_logger())
     consumer = reader.subscribe(typed, "check", schema=JsonSchema(v2),
                                 initial_position=pulsar.InitialPosition.Earliest)
     got = [consumer.receive(timeout_millis=20_000) for _ in range(2)]

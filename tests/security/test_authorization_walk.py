@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from admin_http import http
 
 from magnetar.broker.connection import _HANDLERS
 from magnetar.protocol.frames import encode_command, encode_payload_command
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, bearer, http
+from .helpers import Keys, admin, bearer
 from .wire import TokenPeer, answer_of
 
 T = BaseCommand.Type
@@ -341,10 +342,6 @@ def broker(keys: Keys) -> Iterator[EmbeddedBroker]:
         yield b
 
 
-def admin(broker: EmbeddedBroker, keys: Keys, method: str, path: str, body: object = None):  # type: ignore[no-untyped-def]
-    return http(f"{broker.admin_url}{path}", method, body, headers=bearer(keys.token("admin")))
-
-
 def publish(peer: TokenPeer, seq: int) -> pb.MessageIdData:
     command = BaseCommand(type=T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=seq))
     metadata = pb.MessageMetadata(producer_name="owner-p", sequence_id=seq, publish_time=1)
@@ -583,7 +580,6 @@ def test_a_role_without_grants_is_refused_every_admin_route_and_changes_nothing(
     failures = []
     for method, template in table:
         path = _VARIABLE.sub(lambda m: values[m.group(1)], template)
-        url = f"{broker.admin_url}{path}"
         body = None if method in ("GET", "HEAD", "DELETE") else {"x": 1}
         public = template in PUBLIC_ROUTES
         for who, headers, refused in (
@@ -591,7 +587,7 @@ def test_a_role_without_grants_is_refused_every_admin_route_and_changes_nothing(
             ("no credentials", {}, 401),
             ("another key's token", bearer(_foreign_token()), 401),
         ):
-            status = http(url, method, body, headers=headers).status
+            status = http(broker, method, path, body, headers=headers).status
             expected = 200 if public else refused
             if status != expected:
                 failures.append(f"{method} {template} ({who}): {status}, expected {expected}")

@@ -10,12 +10,13 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.client import AuthenticationToken, Client
 from magnetar.client.errors import AuthorizationError
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, Reply, bearer, http, quiet
+from .helpers import Keys, as_role
 
 SETTINGS = {
     "admin": True,
@@ -30,11 +31,6 @@ BOSS = "acme-admin"
 def broker(keys: Keys) -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(token_secret_key=keys.url, **SETTINGS) as b:  # type: ignore[arg-type]
         yield b
-
-
-def as_role(broker: EmbeddedBroker, keys: Keys, role: str, method: str, path: str,
-            body: object = None) -> Reply:
-    return http(f"{broker.admin_url}{path}", method, body, headers=bearer(keys.token(role)))
 
 
 @pytest.fixture
@@ -125,9 +121,9 @@ def test_official_client_tenant_admin_and_plain_role(
                    ["produce"]).status == 204
     topic = f"persistent://{ns}/official"
     boss = pulsar.Client(broker.service_url, authentication=pulsar.AuthenticationToken(
-        keys.token(BOSS)), logger=quiet(), operation_timeout_seconds=5)
+        keys.token(BOSS)), logger=quiet_logger(), operation_timeout_seconds=5)
     plain = pulsar.Client(broker.service_url, authentication=pulsar.AuthenticationToken(
-        keys.token("plain")), logger=quiet(), operation_timeout_seconds=5)
+        keys.token("plain")), logger=quiet_logger(), operation_timeout_seconds=5)
     try:
         consumer = boss.subscribe(topic, "s")
         plain.create_producer(topic).send(b"granted")
