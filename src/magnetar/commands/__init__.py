@@ -6,6 +6,8 @@ Each module adds its parser and runs its command; ``magnetar.cli`` registers the
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
 
@@ -26,7 +28,29 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the client command ``args.command``; its exit code."""
+    """Run the client command ``args.command``; its exit code. Every failure is one
+    line on stderr: 1 for the broker's (or the network's), 2 for bad usage or settings,
+    130 for Ctrl-C; a closed stdout (``| head -1``) ends the command quietly with 141,
+    as a tool killed by SIGPIPE."""
+    from magnetar.commands.connection import CliError
+
+    try:
+        code = _dispatch(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
+        return code
+    except CliError as exc:
+        print(f"magnetar {args.command}: {exc}", file=sys.stderr)
+        return exc.code
+    except BrokenPipeError:
+        # Python would complain on exit when it flushes stdout again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "admin":
         from magnetar.commands.admin import run_admin
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from magnetar.commands.admin import DEFAULT_ADMIN_URL
 from magnetar.commands.client_args import add_client_options, make_client
+from magnetar.commands.connection import Settings
 from magnetar.commands.mirror_topics import (
     Filters,
     MirrorError,
@@ -119,7 +120,7 @@ class Mirror:
         self.args = args
         self.source = source
         self.target = target
-        self.rest = RestClient(args.admin_url, args.token)
+        self.rest = Settings.of(args).rest_client(args.admin_url)
         self.target_rest = (RestClient(args.to_admin_url, args.to_token)
                             if args.to_admin_url else None)
         self.topics: dict[str, SourceTopic] = {}
