@@ -25,7 +25,7 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
 
 def make_client(args: argparse.Namespace) -> Client:
     from magnetar.client import Client
-    from magnetar.client.auth import AuthenticationToken
+    from magnetar.client.transport.auth import AuthenticationToken
 
     auth = AuthenticationToken(args.token) if args.token else None
     return Client(args.service_url, auth=auth, operation_timeout=30.0)

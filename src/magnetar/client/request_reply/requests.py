@@ -36,7 +36,7 @@ from magnetar.protocol.pb import pb
 from magnetar.protocol.request_reply import REQUEST_TIMEOUT_PROPERTY
 
 if TYPE_CHECKING:
-    from magnetar.client.consumer import Consumer
+    from magnetar.client.consuming.consumer import Consumer
     from magnetar.client.message import Message
 
 __all__ = ["REQUEST_TIMEOUT_PROPERTY", "PendingRequests", "ReplyReceipt", "ReplyResult", "Request"]

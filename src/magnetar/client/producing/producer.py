@@ -1,6 +1,6 @@
 """Producers as the application sees them: one per topic, routing to partitions.
 
-:class:`Producer` picks a :class:`~magnetar.client.partition_producer.PartitionProducer`
+:class:`Producer` picks a :class:`~magnetar.client.producing.partition_producer.PartitionProducer`
 for each message (one per partition of a partitioned topic, a single one
 otherwise) and offers ``send``, ``send_async``, ``flush``, ``close``, the
 PIP-371 ``request`` / ``request_async`` and the PIP-96 ``send_entry`` /
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from magnetar.client.partition_producer import (
+from magnetar.client.producing.partition_producer import (
     ACCESS_MODES,
     OutgoingMessage,
     PartitionProducer,
@@ -22,8 +22,8 @@ from magnetar.client.partition_producer import (
     Value,
     to_bytes,
 )
-from magnetar.client.request_reply import REQUEST_TIMEOUT_PROPERTY, ReplyResult
-from magnetar.client.routing import Router
+from magnetar.client.producing.routing import Router
+from magnetar.client.request_reply.requests import REQUEST_TIMEOUT_PROPERTY, ReplyResult
 from magnetar.protocol.message_id import MessageId
 
 if TYPE_CHECKING:

@@ -13,7 +13,6 @@ import builtins
 import logging
 from typing import TYPE_CHECKING
 
-from magnetar.client.connection import Connection
 from magnetar.client.errors import (
     AlreadyClosed,
     AuthenticationError,
@@ -28,6 +27,7 @@ from magnetar.client.errors import (
     TransactionError,
     is_retriable,
 )
+from magnetar.client.transport.connection import Connection
 
 if TYPE_CHECKING:
     from magnetar.client.client import Client

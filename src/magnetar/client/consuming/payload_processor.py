@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from google.protobuf.message import DecodeError
 
-from magnetar.client.acks import BatchAcker
+from magnetar.client.consuming.acks import BatchAcker
 from magnetar.client.errors import PulsarError
 from magnetar.client.message import DecodedMessage, EntryFields, Message, received
 from magnetar.client.schema import SchemaInfo, value_decoder
@@ -51,7 +51,7 @@ from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
-    from magnetar.client.topic_consumer import TopicConsumer
+    from magnetar.client.consuming.topic_consumer import TopicConsumer
 
 __all__ = [
     "DEFAULT_PROCESSOR",

@@ -17,11 +17,20 @@ from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 
-from magnetar.client.ack_timeout import AckTimeoutTracker
-from magnetar.client.acks import AckGroupingTracker, BatchAcker, Position, bits_from_words
 from magnetar.client.backoff import Clock, RedeliveryBackoff
-from magnetar.client.connection import Connection
-from magnetar.client.dead_letter import DeadLetterCandidates, DeadLetterPolicy, send_dead_letters
+from magnetar.client.consuming.ack_timeout import AckTimeoutTracker
+from magnetar.client.consuming.acks import AckGroupingTracker, BatchAcker, Position, bits_from_words
+from magnetar.client.consuming.dead_letter import (
+    DeadLetterCandidates,
+    DeadLetterPolicy,
+    send_dead_letters,
+)
+from magnetar.client.consuming.nack import NegativeAcksTracker
+from magnetar.client.consuming.payload_processor import (
+    PayloadProcessingError,
+    PayloadProcessor,
+    process_entry,
+)
 from magnetar.client.errors import (
     AlreadyClosed,
     MessageTooBig,
@@ -29,16 +38,11 @@ from magnetar.client.errors import (
     TimeoutError,
     error_for_code,
 )
-from magnetar.client.handler import ConnectionHandler
 from magnetar.client.message import Message, payload_to_messages, received
-from magnetar.client.nack import NegativeAcksTracker
-from magnetar.client.payload_processor import (
-    PayloadProcessingError,
-    PayloadProcessor,
-    process_entry,
-)
-from magnetar.client.request_reply import ReplyReceipt
+from magnetar.client.request_reply.requests import ReplyReceipt
 from magnetar.client.schema import SchemaInfo
+from magnetar.client.transport.connection import Connection
+from magnetar.client.transport.handler import ConnectionHandler
 from magnetar.protocol.capabilities import declared_by_client
 from magnetar.protocol.client_codec import TruncatedBody, encode_flow, split_entry
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
@@ -48,7 +52,7 @@ from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.client.client import Client
-    from magnetar.client.consumer import Consumer
+    from magnetar.client.consuming.consumer import Consumer
 
 log = logging.getLogger("magnetar.client.consumer")
 T = BaseCommand.Type

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from magnetar.client.acks import Position
+from magnetar.client.consuming.acks import Position
 from magnetar.client.errors import AlreadyClosed, ConsumerBusy
 from magnetar.client.message import Message
 from magnetar.client.topic_name import partitioned_base
@@ -37,7 +37,7 @@ from magnetar.protocol.message_id import MessageId
 
 if TYPE_CHECKING:
     from magnetar.client.client import Client
-    from magnetar.client.producer import Producer
+    from magnetar.client.producing.producer import Producer
 
 log = logging.getLogger("magnetar.client.dead_letter")
 

@@ -19,8 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from magnetar.client.batch_builder import BatchBuilder
-from magnetar.client.connection import Connection
 from magnetar.client.errors import (
     AlreadyClosed,
     MessageTooBig,
@@ -32,9 +30,11 @@ from magnetar.client.errors import (
     TimeoutError,
     error_for_code,
 )
-from magnetar.client.handler import ConnectionHandler
-from magnetar.client.request_reply import PendingRequest, PendingRequests, ReplyResult
+from magnetar.client.producing.batch_builder import BatchBuilder
+from magnetar.client.request_reply.requests import PendingRequest, PendingRequests, ReplyResult
 from magnetar.client.schema import SchemaInfo
+from magnetar.client.transport.connection import Connection
+from magnetar.client.transport.handler import ConnectionHandler
 from magnetar.protocol.client_codec import (
     encode_message_metadata,
     encode_send,
