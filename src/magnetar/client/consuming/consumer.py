@@ -15,10 +15,10 @@ import inspect
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, overload
+from typing import Protocol, overload
 
 from magnetar.client.consuming.acks import BatchAcker
-from magnetar.client.consuming.dead_letter import LetterProducers
+from magnetar.client.consuming.dead_letter import LetterFactory, LetterProducers
 from magnetar.client.consuming.payload_processor import PayloadProcessingError
 from magnetar.client.consuming.receiver_queue import ReceiverQueue
 from magnetar.client.consuming.retry_topic import reconsume_later
@@ -29,6 +29,7 @@ from magnetar.client.consuming.topic_consumer import (
     FailedEntry,
     RawEntry,
     TopicConsumer,
+    TopicConsumerClient,
 )
 from magnetar.client.errors import AlreadyClosed, PulsarError, TimeoutError
 from magnetar.client.message import Message
@@ -37,9 +38,6 @@ from magnetar.client.request_reply.requests import ReplyReceipt, Request
 from magnetar.client.request_reply.responder import Handler
 from magnetar.client.topic_name import partition_index, partition_name, partitioned_base
 from magnetar.protocol.message_id import MessageId
-
-if TYPE_CHECKING:
-    from magnetar.client.client import Client
 
 __all__ = [
     "INITIAL_POSITIONS",
@@ -61,12 +59,19 @@ MessageListener = Callable[["Consumer", Message], Awaitable[None] | None]
 _YIELD_EVERY = 64
 
 
+class ConsumerClient(TopicConsumerClient, LetterFactory, Protocol):
+    """What a consumer needs of its client (:class:`~magnetar.client.Client` is one):
+    its topic consumers' needs, letter producers, and to be forgotten once closed."""
+
+    def _forget(self, thing: Consumer) -> None: ...
+
+
 class Consumer:
     """A subscription to one or more topics (a list, a pattern, or a partitioned topic)."""
 
     def __init__(
         self,
-        client: Client,
+        client: ConsumerClient,
         topics: list[str],
         conf: ConsumerConfig,
         *,

@@ -36,11 +36,11 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
-from magnetar.client.consuming.acks import BatchAcker
+from magnetar.client.consuming.acks import BatchAcker, Position
 from magnetar.client.errors import PulsarError
 from magnetar.client.message import DecodedMessage, EntryFields, Message, received
 from magnetar.client.schema import SchemaInfo, value_decoder
@@ -49,9 +49,6 @@ from magnetar.protocol.compression import decompress
 from magnetar.protocol.errors import MalformedFrame, ProtocolError
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
-
-if TYPE_CHECKING:
-    from magnetar.client.consuming.topic_consumer import TopicConsumer
 
 __all__ = [
     "DEFAULT_PROCESSOR",
@@ -150,6 +147,35 @@ class MessagePayload:
         return single, view[pos:end].tobytes()
 
 
+class _WithSchema(Protocol):
+    @property
+    def schema(self) -> SchemaInfo | None: ...
+
+
+class EntryConsumer(Protocol):
+    """What processing an entry needs of the topic consumer that received it (a
+    :class:`~magnetar.client.consuming.topic_consumer.TopicConsumer`): its topic, its
+    reader start, its batch ackers and permits, and its ack, discard and dequeue steps."""
+
+    topic: str
+    partition: int
+    _start: MessageId | None
+    _start_inclusive: bool
+    _permits: int
+    _batch_ackers: dict[Position, BatchAcker]
+
+    @property
+    def conf(self) -> _WithSchema: ...
+
+    def _credit(self, count: int) -> None: ...
+
+    def _discard(self, ledger: int, entry: int, reason: int, charged: int = 1) -> None: ...
+
+    def _ack(self, position: Position, batch_index: int, acker: BatchAcker | None) -> None: ...
+
+    def _on_dequeued(self, msg: Message) -> None: ...
+
+
 class EntryContext:
     """One received entry: its metadata, and the factory of its messages.
 
@@ -162,7 +188,7 @@ class EntryContext:
 
     def __init__(
         self,
-        consumer: TopicConsumer,
+        consumer: EntryConsumer,
         metadata: pb.MessageMetadata,
         metadata_bytes: bytes,
         position: tuple[int, int],
@@ -394,7 +420,7 @@ class PayloadProcessingError(PulsarError):
 
 
 def process_entry(
-    consumer: TopicConsumer,
+    consumer: EntryConsumer,
     processor: PayloadProcessor,
     command: pb.CommandMessage,
     position: tuple[int, int],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from google.protobuf.message import DecodeError
 
@@ -23,6 +23,7 @@ from magnetar.client.consuming.acks import AckGroupingTracker, BatchAcker, Posit
 from magnetar.client.consuming.dead_letter import (
     DeadLetterCandidates,
     DeadLetterPolicy,
+    LetterProducers,
     send_dead_letters,
 )
 from magnetar.client.consuming.nack import NegativeAcksTracker
@@ -31,6 +32,7 @@ from magnetar.client.consuming.payload_processor import (
     PayloadProcessor,
     process_entry,
 )
+from magnetar.client.consuming.receiver_queue import ReceiverQueue
 from magnetar.client.errors import (
     AlreadyClosed,
     MessageTooBig,
@@ -42,17 +44,13 @@ from magnetar.client.message import Message, payload_to_messages, received
 from magnetar.client.request_reply.requests import ReplyReceipt
 from magnetar.client.schema import SchemaInfo
 from magnetar.client.transport.connection import Connection
-from magnetar.client.transport.handler import ConnectionHandler
+from magnetar.client.transport.handler import ConnectionHandler, HandlerClient
 from magnetar.protocol.capabilities import declared_by_client
 from magnetar.protocol.client_codec import TruncatedBody, encode_flow, split_entry
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
 from magnetar.protocol.frames import encode_command
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
-
-if TYPE_CHECKING:
-    from magnetar.client.client import Client
-    from magnetar.client.consuming.consumer import Consumer
 
 log = logging.getLogger("magnetar.client.consumer")
 T = BaseCommand.Type
@@ -135,6 +133,24 @@ class FailedEntry(RawEntry):
         self.error = error
 
 
+class TopicConsumerClient(HandlerClient, Protocol):
+    """What a topic consumer needs of its client: a handle's needs and consumer ids."""
+
+    def _next_consumer_id(self) -> int: ...
+
+
+class ParentConsumer(Protocol):
+    """What a topic consumer needs of the consumer it belongs to
+    (:class:`~magnetar.client.consuming.consumer.Consumer`): the receiver queue it
+    feeds, the letter producers, the count of refused replies, and its failure report."""
+
+    _queue: ReceiverQueue[Message | RawEntry]
+    _letters: LetterProducers | None
+    refused_replies: int
+
+    def _sub_failed(self, sub: TopicConsumer, exc: PulsarError) -> None: ...
+
+
 def _prior(index: int, start: int, inclusive: bool) -> bool:
     return index < start if inclusive else index <= start
 
@@ -144,8 +160,8 @@ class TopicConsumer(ConnectionHandler):
 
     def __init__(
         self,
-        client: Client,
-        parent: Consumer,
+        client: TopicConsumerClient,
+        parent: ParentConsumer,
         topic: str,
         partition: int,
         conf: ConsumerConfig,

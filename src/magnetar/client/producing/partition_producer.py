@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from magnetar.client.errors import (
     AlreadyClosed,
@@ -34,7 +34,7 @@ from magnetar.client.producing.batch_builder import BatchBuilder
 from magnetar.client.request_reply.requests import PendingRequest, PendingRequests, ReplyResult
 from magnetar.client.schema import SchemaInfo
 from magnetar.client.transport.connection import Connection
-from magnetar.client.transport.handler import ConnectionHandler
+from magnetar.client.transport.handler import ConnectionHandler, HandlerClient
 from magnetar.protocol.client_codec import (
     encode_message_metadata,
     encode_send,
@@ -45,9 +45,6 @@ from magnetar.protocol.frames import ENTRY_HEADER_SIZE, dispatch_frame_size, max
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.protocol.request_reply import REQUEST_TIMEOUT_PROPERTY
-
-if TYPE_CHECKING:
-    from magnetar.client.client import Client
 
 log = logging.getLogger("magnetar.client.producer")
 _DUPLICATE_ID = (1 << 64) - 1  # a uint64 -1: the id of a receipt for a dropped duplicate
@@ -133,11 +130,17 @@ class _Op:
         self.first_copy_after: tuple[int, int] | None = None
 
 
+class ProducerClient(HandlerClient, Protocol):
+    """What a partition producer needs of its client: a handle's needs and producer ids."""
+
+    def _next_producer_id(self) -> int: ...
+
+
 class PartitionProducer(ConnectionHandler):
     """The producer of one topic or one partition."""
 
     def __init__(
-        self, client: Client, topic: str, partition: int, conf: ProducerConfig
+        self, client: ProducerClient, topic: str, partition: int, conf: ProducerConfig
     ) -> None:
         super().__init__(client, topic)
         self.partition = partition

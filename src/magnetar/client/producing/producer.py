@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from magnetar.client.producing.partition_producer import (
     ACCESS_MODES,
@@ -26,10 +26,13 @@ from magnetar.client.producing.routing import Router
 from magnetar.client.request_reply.requests import REQUEST_TIMEOUT_PROPERTY, ReplyResult
 from magnetar.protocol.message_id import MessageId
 
-if TYPE_CHECKING:
-    from magnetar.client.client import Client
-
 __all__ = ["ACCESS_MODES", "PartitionProducer", "Producer", "ProducerConfig", "Value"]
+
+
+class ProducerOwner(Protocol):
+    """What a producer needs of its client: to be forgotten once closed."""
+
+    def _forget(self, thing: Producer) -> None: ...
 
 
 class Producer:
@@ -37,7 +40,7 @@ class Producer:
 
     def __init__(
         self,
-        client: Client,
+        client: ProducerOwner,
         topic: str,
         partitions: list[PartitionProducer],
         router: Router,
