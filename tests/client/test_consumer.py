@@ -16,7 +16,7 @@ from magnetar.client import (
     MultiplierRedeliveryBackoff,
     TimeoutError,
 )
-from magnetar.client.consuming.topic_consumer import ConsumerConfig
+from magnetar.client.consuming.config import ConsumerConfig
 from magnetar.client.errors import AlreadyClosed
 from magnetar.testing import EmbeddedBroker
 

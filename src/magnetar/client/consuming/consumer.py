@@ -18,19 +18,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Protocol, overload
 
 from magnetar.client.consuming.acks import BatchAcker
+from magnetar.client.consuming.config import INITIAL_POSITIONS, SUBSCRIPTION_TYPES, ConsumerConfig
 from magnetar.client.consuming.dead_letter import LetterFactory, LetterProducers
+from magnetar.client.consuming.entries import FailedEntry, RawEntry
 from magnetar.client.consuming.payload_processor import PayloadProcessingError
 from magnetar.client.consuming.receiver_queue import ReceiverQueue
 from magnetar.client.consuming.retry_topic import reconsume_later
-from magnetar.client.consuming.topic_consumer import (
-    INITIAL_POSITIONS,
-    SUBSCRIPTION_TYPES,
-    ConsumerConfig,
-    FailedEntry,
-    RawEntry,
-    TopicConsumer,
-    TopicConsumerClient,
-)
+from magnetar.client.consuming.topic_consumer import TopicConsumer
+from magnetar.client.consuming.topic_state import TopicConsumerBase, TopicConsumerClient
 from magnetar.client.errors import AlreadyClosed, PulsarError, TimeoutError
 from magnetar.client.message import Message
 from magnetar.client.request_reply import responder
@@ -183,7 +178,7 @@ class Consumer:
             except PulsarError as exc:
                 log.warning("topic discovery for %s failed: %s", self._pattern, exc)
 
-    def _sub_failed(self, sub: TopicConsumer, exc: PulsarError) -> None:
+    def _sub_failed(self, sub: TopicConsumerBase, exc: PulsarError) -> None:
         log.error("consumer of %s failed: %s", sub.topic, exc)
         self._failure = exc
 
