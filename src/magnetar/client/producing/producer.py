@@ -14,14 +14,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from magnetar.client.producing.partition_producer import (
-    ACCESS_MODES,
-    OutgoingMessage,
-    PartitionProducer,
-    ProducerConfig,
-    Value,
-    to_bytes,
-)
+from magnetar.client.producing.config import ACCESS_MODES, ProducerConfig
+from magnetar.client.producing.outgoing import OutgoingMessage, Value, to_bytes
+from magnetar.client.producing.partition_producer import PartitionProducer
 from magnetar.client.producing.routing import Router
 from magnetar.client.request_reply.requests import REQUEST_TIMEOUT_PROPERTY, ReplyResult
 from magnetar.protocol.message_id import MessageId
