@@ -1,4 +1,5 @@
 """Producing: the application's :class:`~.producer.Producer` routes each message
 (:mod:`.routing`) to the :class:`~.partition_producer.PartitionProducer` of one
-partition, which batches (:mod:`.batch_builder`), sends, resends after a reconnect
-and matches receipts."""
+partition, which numbers, batches (:mod:`.batch_builder`), sends and resends after a
+reconnect what :mod:`.outgoing` describes, and matches receipts (:mod:`.receipts`).
+Settings: :mod:`.config`."""
