@@ -54,7 +54,7 @@ async def fill(url: str, topic: str, n: int, payload: bytes, batch: int) -> None
 
 
 async def fill_kafka(url: str, topic: str, n: int, payload: bytes, batch: int) -> None:
-    from magnetar.client.kafka_records import KafkaRecord, encode_record_batch
+    from magnetar.client.consuming.kafka_records import KafkaRecord, encode_record_batch
 
     async with Client(url) as client:
         producer = await client.create_producer(topic, max_pending_messages=5000)
@@ -88,8 +88,10 @@ async def consume(url: str, topic: str, n: int, processor: Any) -> float:
 def decode_cost(processor: Any) -> tuple[float, float]:
     """Microseconds to take an unbatched entry, and per message of a batch of 100, from
     the receiver queue (decode included): best of 15 repeats."""
-    from magnetar.client.consumer import Consumer
-    from magnetar.client.topic_consumer import ConsumerConfig, RawEntry, TopicConsumer
+    from magnetar.client.consuming.config import ConsumerConfig
+    from magnetar.client.consuming.consumer import Consumer
+    from magnetar.client.consuming.entries import RawEntry
+    from magnetar.client.consuming.topic_consumer import TopicConsumer
     from magnetar.protocol.client_codec import encode_message_metadata, encode_single_metadata
     from magnetar.protocol.frames import build_entry
     from magnetar.protocol.pb import pb

@@ -22,7 +22,7 @@ import pulsar
 import pytest
 
 from magnetar.client import Client
-from magnetar.client.acks import AckGroupingTracker
+from magnetar.client.consuming.acks import AckGroupingTracker
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker
 

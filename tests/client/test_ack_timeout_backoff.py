@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from magnetar.client import Client, MultiplierRedeliveryBackoff
-from magnetar.client.ack_timeout import AckTimeoutTracker
+from magnetar.client.consuming.ack_timeout import AckTimeoutTracker
 from magnetar.protocol.message_id import MessageId
 
 pytestmark = pytest.mark.timeout(60)
@@ -78,7 +78,7 @@ def test_re_adding_a_held_message_restarts_its_timeout() -> None:
 
 
 def test_backoff_needs_an_ack_timeout() -> None:
-    from magnetar.client.topic_consumer import ConsumerConfig
+    from magnetar.client.consuming.config import ConsumerConfig
 
     with pytest.raises(ValueError, match="needs an ack_timeout"):
         ConsumerConfig("s", ack_timeout_redelivery_backoff=MultiplierRedeliveryBackoff())

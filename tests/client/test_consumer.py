@@ -16,8 +16,8 @@ from magnetar.client import (
     MultiplierRedeliveryBackoff,
     TimeoutError,
 )
+from magnetar.client.consuming.config import ConsumerConfig
 from magnetar.client.errors import AlreadyClosed
-from magnetar.client.topic_consumer import ConsumerConfig
 from magnetar.testing import EmbeddedBroker
 
 

@@ -13,7 +13,7 @@ import pulsar
 import pytest
 
 from magnetar.client import Client, DeadLetterPolicy, Message, TimeoutError
-from magnetar.client.dead_letter import (
+from magnetar.client.consuming.dead_letter import (
     LEGACY_ORIGIN_MESSAGE_ID,
     ORIGIN_MESSAGE_ID,
     REAL_TOPIC,

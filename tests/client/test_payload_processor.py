@@ -473,8 +473,10 @@ async def test_a_processor_honours_the_brokers_ack_set(processor: Any) -> None:
     """PIP-54: a partly acknowledged batch comes with an ``ack_set`` (bits set: still
     unacked); the broker charged permits only for those. Driven without a broker: the
     consumer is built but never connects."""
-    from magnetar.client.consumer import Consumer
-    from magnetar.client.topic_consumer import ConsumerConfig, RawEntry, TopicConsumer
+    from magnetar.client.consuming.config import ConsumerConfig
+    from magnetar.client.consuming.consumer import Consumer
+    from magnetar.client.consuming.entries import RawEntry
+    from magnetar.client.consuming.topic_consumer import TopicConsumer
     from magnetar.protocol.client_codec import encode_message_metadata, encode_single_metadata
     from magnetar.protocol.frames import build_entry
     from magnetar.protocol.pb import pb

@@ -29,7 +29,7 @@ from magnetar.client import (
     PayloadProcessingError,
     TimeoutError,
 )
-from magnetar.client.kafka_records import (
+from magnetar.client.consuming.kafka_records import (
     CODECS,
     KafkaFormatError,
     KafkaRecord,

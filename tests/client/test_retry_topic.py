@@ -14,14 +14,14 @@ import pytest
 
 from magnetar.client import AlreadyClosed, Client, DeadLetterPolicy, Message, TimeoutError
 from magnetar.client import sync as msync
-from magnetar.client.dead_letter import (
+from magnetar.client.consuming.dead_letter import (
     DELAY_TIME,
     ORIGIN_MESSAGE_ID,
     REAL_TOPIC,
     RECONSUMETIMES,
     java_message_id,
 )
-from magnetar.client.retry_topic import reconsume_properties, retry_letter_policy
+from magnetar.client.consuming.retry_topic import reconsume_properties, retry_letter_policy
 from magnetar.protocol.message_id import MessageId
 from magnetar.testing import EmbeddedBroker
 

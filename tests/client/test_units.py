@@ -9,15 +9,14 @@ import types
 import pytest
 
 from magnetar.client import errors
-from magnetar.client.ack_timeout import AckTimeoutTracker
-from magnetar.client.acks import AckGroupingTracker, BatchAcker
 from magnetar.client.backoff import Backoff, MultiplierRedeliveryBackoff
-from magnetar.client.batch_builder import BatchBuilder
+from magnetar.client.consuming.ack_timeout import AckTimeoutTracker
+from magnetar.client.consuming.acks import AckGroupingTracker, BatchAcker
+from magnetar.client.consuming.nack import NegativeAcksTracker
+from magnetar.client.consuming.receiver_queue import ReceiverQueue
 from magnetar.client.message import received
-from magnetar.client.nack import NegativeAcksTracker
-from magnetar.client.pool import parse_service_url
-from magnetar.client.receiver_queue import ReceiverQueue
-from magnetar.client.routing import KeyHashRouter, RoundRobinRouter, make_router
+from magnetar.client.producing.batch_builder import BatchBuilder
+from magnetar.client.producing.routing import KeyHashRouter, RoundRobinRouter, make_router
 from magnetar.client.topic_name import (
     complete_topic_name,
     namespace_of,
@@ -26,6 +25,7 @@ from magnetar.client.topic_name import (
     partitioned_base,
     pattern_namespace,
 )
+from magnetar.client.transport.pool import parse_service_url
 from magnetar.protocol import client_codec
 from magnetar.protocol.batch import split_batch
 from magnetar.protocol.frames import FrameDecoder, parse_metadata, parse_payload

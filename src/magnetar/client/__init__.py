@@ -12,21 +12,24 @@ magnetar's PIP-371 request-reply extension.  ``magnetar.client.sync`` offers the
 same API with blocking calls.
 """
 
-from magnetar.client.auth import (
-    Authentication,
-    AuthenticationBasic,
-    AuthenticationTLS,
-    AuthenticationToken,
-)
 from magnetar.client.backoff import Backoff, MultiplierRedeliveryBackoff, RedeliveryBackoff
 from magnetar.client.client import Client
-from magnetar.client.consumer import Consumer
-from magnetar.client.consumer_options import (
+from magnetar.client.consuming.consumer import Consumer
+from magnetar.client.consuming.dead_letter import DeadLetterPolicy
+from magnetar.client.consuming.kafka_processor import KafkaPayloadProcessor
+from magnetar.client.consuming.options import (
     ConsumerConfigError,
     consumer_options,
     load_consumer_options,
 )
-from magnetar.client.dead_letter import DeadLetterPolicy
+from magnetar.client.consuming.payload_processor import (
+    DEFAULT_PROCESSOR,
+    EntryContext,
+    MessagePayload,
+    PayloadProcessingError,
+    PayloadProcessor,
+)
+from magnetar.client.consuming.reader import Reader
 from magnetar.client.errors import (
     AlreadyClosed,
     ConnectError,
@@ -45,19 +48,16 @@ from magnetar.client.errors import (
     TopicNotFound,
     TopicTerminated,
 )
-from magnetar.client.kafka_processor import KafkaPayloadProcessor
 from magnetar.client.message import Message
-from magnetar.client.payload_processor import (
-    DEFAULT_PROCESSOR,
-    EntryContext,
-    MessagePayload,
-    PayloadProcessingError,
-    PayloadProcessor,
-)
-from magnetar.client.producer import Producer
-from magnetar.client.reader import Reader
-from magnetar.client.request_reply import ReplyResult, Request
+from magnetar.client.producing.producer import Producer
+from magnetar.client.request_reply.requests import ReplyResult, Request
 from magnetar.client.schema import BytesSchema, JsonSchema, SchemaInfo, StringSchema
+from magnetar.client.transport.auth import (
+    Authentication,
+    AuthenticationBasic,
+    AuthenticationTLS,
+    AuthenticationToken,
+)
 from magnetar.protocol.message_id import EARLIEST, LATEST, MessageId
 
 __all__ = [

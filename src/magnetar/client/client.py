@@ -10,27 +10,35 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from magnetar.client.auth import Authentication
-from magnetar.client.auth import tls_context as tls_context_for
 from magnetar.client.backoff import Backoff, Clock, RedeliveryBackoff
-from magnetar.client.consumer import (
+from magnetar.client.consuming.consumer import (
     INITIAL_POSITIONS,
     SUBSCRIPTION_TYPES,
     Consumer,
     ConsumerConfig,
     MessageListener,
 )
-from magnetar.client.dead_letter import DEFAULT_ACK_TIMEOUT_FOR_DEAD_LETTER, DeadLetterPolicy
+from magnetar.client.consuming.dead_letter import (
+    DEFAULT_ACK_TIMEOUT_FOR_DEAD_LETTER,
+    DeadLetterPolicy,
+)
+from magnetar.client.consuming.payload_processor import PayloadProcessor
+from magnetar.client.consuming.reader import Reader
+from magnetar.client.consuming.retry_topic import retry_letter_policy
 from magnetar.client.errors import AlreadyClosed
-from magnetar.client.lookup import LookupService
-from magnetar.client.payload_processor import PayloadProcessor
-from magnetar.client.pool import ConnectionPool
-from magnetar.client.producer import ACCESS_MODES, PartitionProducer, Producer, ProducerConfig
-from magnetar.client.reader import Reader
-from magnetar.client.retry_topic import retry_letter_policy
-from magnetar.client.routing import Router, make_router
+from magnetar.client.producing.producer import (
+    ACCESS_MODES,
+    PartitionProducer,
+    Producer,
+    ProducerConfig,
+)
+from magnetar.client.producing.routing import Router, make_router
 from magnetar.client.schema import SchemaInfo
 from magnetar.client.topic_name import complete_topic_name, partition_name, pattern_namespace
+from magnetar.client.transport.auth import Authentication
+from magnetar.client.transport.auth import tls_context as tls_context_for
+from magnetar.client.transport.lookup import LookupService
+from magnetar.client.transport.pool import ConnectionPool
 from magnetar.protocol.compression import compression_type
 from magnetar.protocol.message_id import EARLIEST, LATEST, MessageId
 
@@ -222,13 +230,13 @@ class Client:
 
         With a ``dead_letter_policy`` a message that failed more than its
         ``max_redeliver_count`` times goes to the dead-letter topic (see
-        :mod:`magnetar.client.dead_letter`); the ack timeout is then 30 s unless given
+        :mod:`magnetar.client.consuming.dead_letter`); the ack timeout is then 30 s unless given
         (``ack_timeout=0`` turns it off), as in the Java client. ``retry_enable``
         subscribes to the retry topic too and enables ``consumer.reconsume_later``
-        (see :mod:`magnetar.client.retry_topic`).
+        (see :mod:`magnetar.client.consuming.retry_topic`).
 
         A PIP-96 ``payload_processor`` turns each received entry into messages (see
-        :mod:`magnetar.client.payload_processor`); without one, entries are read in
+        :mod:`magnetar.client.consuming.payload_processor`); without one, entries are read in
         Pulsar's format.
 
         With ``batch_index_ack_enabled`` (as the official client's option) an ack of

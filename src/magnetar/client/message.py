@@ -2,7 +2,7 @@
 
 :func:`payload_to_messages` turns an entry's metadata and payload into ``(single
 metadata, payload)`` pairs (decompressing and splitting batches): Pulsar's format.
-A consumer with a PIP-96 payload processor (:mod:`magnetar.client.payload_processor`)
+A consumer with a PIP-96 payload processor (:mod:`magnetar.client.consuming.payload_processor`)
 has the processor make the messages instead, through the same :func:`received`.
 """
 
@@ -16,7 +16,7 @@ from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
-    from magnetar.client.acks import BatchAcker
+    from magnetar.client.consuming.acks import BatchAcker
 
 def payload_to_messages(
     metadata: pb.MessageMetadata, payload: bytes

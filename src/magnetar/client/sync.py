@@ -21,13 +21,13 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from magnetar.client import client as _aclient
-from magnetar.client import consumer as _aconsumer
-from magnetar.client import producer as _aproducer
-from magnetar.client import reader as _areader
-from magnetar.client import request_reply as _rr
+from magnetar.client.consuming import consumer as _aconsumer
+from magnetar.client.consuming import reader as _areader
 from magnetar.client.errors import AlreadyClosed, TimeoutError
 from magnetar.client.message import Message
-from magnetar.client.request_reply import ReplyResult
+from magnetar.client.producing import producer as _aproducer
+from magnetar.client.request_reply import requests as _rr
+from magnetar.client.request_reply.requests import ReplyResult
 from magnetar.protocol.message_id import MessageId
 
 R = TypeVar("R")

@@ -13,8 +13,8 @@ import heapq
 import itertools
 import time
 
-from magnetar.client.acks import Position
 from magnetar.client.backoff import Clock, RedeliveryBackoff
+from magnetar.client.consuming.acks import Position
 from magnetar.protocol.message_id import MessageId
 
 

@@ -5,7 +5,10 @@ A :class:`PartitionProducer` keeps every message without a receipt in
 them again, unchanged, with the same sequence ids.  It also applies the
 pending-message limit (block or fail), the send timeout, batching (by count,
 bytes and delay), compression, and PIP-68 access modes with the topic epoch.
+Receipts (send receipts, send errors, PIP-371 replies) are matched in
+:mod:`.receipts`; what it sends is described in :mod:`.outgoing`.
 """
+
 
 from __future__ import annotations
 
@@ -15,12 +18,8 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from magnetar.client.batch_builder import BatchBuilder
-from magnetar.client.connection import Connection
 from magnetar.client.errors import (
     AlreadyClosed,
     MessageTooBig,
@@ -30,11 +29,14 @@ from magnetar.client.errors import (
     ProducerQueueIsFull,
     PulsarError,
     TimeoutError,
-    error_for_code,
 )
-from magnetar.client.handler import ConnectionHandler
-from magnetar.client.request_reply import PendingRequest, PendingRequests, ReplyResult
-from magnetar.client.schema import SchemaInfo
+from magnetar.client.producing.batch_builder import BatchBuilder
+from magnetar.client.producing.config import ProducerConfig
+from magnetar.client.producing.outgoing import OutgoingMessage, SendOp
+from magnetar.client.producing.receipts import ReceiptsMixin
+from magnetar.client.request_reply.requests import PendingRequests, ReplyResult
+from magnetar.client.transport.connection import Connection
+from magnetar.client.transport.handler import HandlerClient
 from magnetar.protocol.client_codec import (
     encode_message_metadata,
     encode_send,
@@ -46,99 +48,20 @@ from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.protocol.request_reply import REQUEST_TIMEOUT_PROPERTY
 
-if TYPE_CHECKING:
-    from magnetar.client.client import Client
-
 log = logging.getLogger("magnetar.client.producer")
-_DUPLICATE_ID = (1 << 64) - 1  # a uint64 -1: the id of a receipt for a dropped duplicate
 T = BaseCommand.Type
 
-ACCESS_MODES = {
-    "shared": pb.Shared,
-    "exclusive": pb.Exclusive,
-    "wait_for_exclusive": pb.WaitForExclusive,
-    "exclusive_with_fencing": pb.ExclusiveWithFencing,
-}
+class ProducerClient(HandlerClient, Protocol):
+    """What a partition producer needs of its client: a handle's needs and producer ids."""
 
-Value = bytes | bytearray | memoryview | str
+    def _next_producer_id(self) -> int: ...
 
 
-def to_bytes(value: Value) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"message value must be bytes or str, not {type(value).__name__}")
-
-
-@dataclass(slots=True)
-class ProducerConfig:
-    producer_name: str | None = None
-    batching: bool = False
-    batching_max_messages: int = 1000
-    batching_max_bytes: int = 128 * 1024
-    batching_max_delay: float = 0.01
-    compression: int = 0
-    max_pending_messages: int = 1000
-    block_if_queue_full: bool = True
-    send_timeout: float = 30.0
-    access_mode: int = pb.Shared
-    schema: SchemaInfo | None = None
-    properties: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class OutgoingMessage:
-    payload: bytes
-    key: str | None = None
-    ordering_key: bytes | None = None
-    properties: Mapping[str, str] | None = None
-    event_time: int | None = None
-    sequence_id: int | None = None
-    deliver_at: int | None = None  # ms since the epoch
-    request: PendingRequest | None = None  # PIP-371: this message is a request
-    raw: bool = False  # PIP-96: the payload is a whole entry (send_entry), sent as given
-    num_messages: int | None = None  # with raw: the entry's num_messages_in_batch
-    compression: tuple[int, int] | None = None  # with raw: (kind, uncompressed size)
-
-
-class _Op:
-    """One SEND frame waiting for its receipt: a single message or a batch."""
-
-    __slots__ = ("batched", "deadline", "first_copy_after", "frame", "futures",
-                 "highest_sequence_id", "num_messages", "requests", "sequence_id")
-
-    def __init__(
-        self,
-        sequence_id: int,
-        highest_sequence_id: int,
-        frame: bytes,
-        futures: list[asyncio.Future[MessageId]],
-        deadline: float,
-        requests: list[Any] | None,
-        batched: bool = False,
-    ) -> None:
-        self.batched = batched
-        self.sequence_id = sequence_id
-        self.highest_sequence_id = highest_sequence_id
-        self.num_messages = len(futures)
-        self.frame = frame
-        self.futures = futures
-        self.deadline = deadline
-        self.requests = requests  # PIP-371: per message, its pending request or None
-        # PIP-371, for brokers that do not name a reply's request_sequence_id: set
-        # when the op went out again after a reconnect as the only one with a
-        # request (the broker may hold it twice): the newest receipted position then.
-        self.first_copy_after: tuple[int, int] | None = None
-
-
-class PartitionProducer(ConnectionHandler):
+class PartitionProducer(ReceiptsMixin):
     """The producer of one topic or one partition."""
 
     def __init__(
-        self, client: Client, topic: str, partition: int, conf: ProducerConfig
+        self, client: ProducerClient, topic: str, partition: int, conf: ProducerConfig
     ) -> None:
         super().__init__(client, topic)
         self.partition = partition
@@ -146,7 +69,7 @@ class PartitionProducer(ConnectionHandler):
         self.producer_id = client._next_producer_id()
         self.producer_name: str | None = conf.producer_name
         self._user_named = conf.producer_name is not None
-        self._pending: deque[_Op] = deque()
+        self._pending: deque[SendOp] = deque()
         self._pending_messages = 0  # in ops and in the open batch
         self._blocked: deque[tuple[OutgoingMessage, asyncio.Future[MessageId]]] = deque()
         self._batch = (
@@ -381,7 +304,7 @@ class PartitionProducer(ConnectionHandler):
             self._fail_message(future, request, too_big)
             return
         frame = encode_send(self.producer_id, sequence_id, 1, 0, metadata, payload)
-        self._push(_Op(sequence_id, sequence_id, frame, [future],
+        self._push(SendOp(sequence_id, sequence_id, frame, [future],
                        self._loop.time() + self.conf.send_timeout,
                        None if request is None else [request]))
 
@@ -389,7 +312,8 @@ class PartitionProducer(ConnectionHandler):
         self, msg: OutgoingMessage, sequence_id: int, future: asyncio.Future[MessageId]
     ) -> None:
         """PIP-96: one entry whose payload and message count the caller chose; no batch
-        framing and no compression (consumers read the payload as it was given)."""
+        framing and no compression of its own (consumers read the payload as it was
+        given; a caller that compressed it says how in ``msg.compression``)."""
         payload = msg.payload
         if len(payload) > self._max_message_size:
             self._fail_message(future, None, MessageTooBig(
@@ -415,7 +339,7 @@ class PartitionProducer(ConnectionHandler):
             return
         frame = encode_send(self.producer_id, sequence_id, msg.num_messages or 1, 0, metadata,
                             payload)
-        self._push(_Op(sequence_id, sequence_id, frame, [future],
+        self._push(SendOp(sequence_id, sequence_id, frame, [future],
                        self._loop.time() + self.conf.send_timeout, None))
 
     def _flush_batch(self) -> None:
@@ -458,7 +382,7 @@ class PartitionProducer(ConnectionHandler):
         frame = encode_send(
             self.producer_id, sequence_ids[0], n, highest if n > 1 else 0, metadata, payload
         )
-        self._push(_Op(sequence_ids[0], highest, frame, futures,
+        self._push(SendOp(sequence_ids[0], highest, frame, futures,
                        self._loop.time() + self.conf.send_timeout,
                        requests if live else None, batched=True))
 
@@ -479,7 +403,7 @@ class PartitionProducer(ConnectionHandler):
             f"bytes, over {limit}"
         )
 
-    def _push(self, op: _Op) -> None:
+    def _push(self, op: SendOp) -> None:
         self._pending.append(op)
         if self._ready and self._conn is not None:
             self._conn.write(op.frame)
@@ -519,7 +443,7 @@ class PartitionProducer(ConnectionHandler):
         if pending:
             self._send_timer = self._loop.call_at(pending[0].deadline, self._check_send_timeouts)
 
-    def _fail_op(self, op: _Op, exc: PulsarError) -> None:
+    def _fail_op(self, op: SendOp, exc: PulsarError) -> None:
         for future in op.futures:
             if not future.done():
                 future.set_exception(exc)
@@ -550,110 +474,6 @@ class PartitionProducer(ConnectionHandler):
             self._send_timer = None
         if self._requests is not None:
             self._requests.fail_all(exc)
-
-    # ------------------------------------------------------------------ receipts
-
-    def _on_send_receipt(self, receipt: pb.CommandSendReceipt) -> None:
-        pending = self._pending
-        if not pending:
-            return
-        op = pending[0]
-        sequence_id = receipt.sequence_id
-        if sequence_id < op.sequence_id:
-            return  # a receipt for a message we already gave up on (send timeout)
-        if sequence_id > op.sequence_id:
-            log.warning(
-                "%s: receipt for sequence id %d while %d is the oldest pending; reconnecting",
-                self.topic, sequence_id, op.sequence_id,
-            )
-            if self._conn is not None:
-                self._conn.close()
-            return
-        pending.popleft()
-        if op.highest_sequence_id > self.last_sequence_id:
-            self.last_sequence_id = op.highest_sequence_id
-        mid = receipt.message_id
-        ledger = mid.ledgerId
-        entry = mid.entryId
-        if ledger == _DUPLICATE_ID and entry == _DUPLICATE_ID:
-            # A duplicate the broker's deduplication did not store: its id is -1:-1 on
-            # the wire (unsigned there), as the Java and C++ clients report it.
-            ledger = entry = -1
-        else:
-            self._last_receipt = (ledger, entry)
-        partition = self.partition
-        futures = op.futures
-        n = len(futures)
-        if not op.batched and op.requests is None:
-            future = futures[0]
-            if not future.done():
-                future.set_result(MessageId(ledger, entry, -1, partition))
-        else:
-            batched = op.batched
-            for index, future in enumerate(futures):
-                message_id = (
-                    MessageId(ledger, entry, index, partition, n)
-                    if batched
-                    else MessageId(ledger, entry, -1, partition)
-                )
-                if op.requests is not None and op.requests[index] is not None:
-                    assert self._requests is not None
-                    self._requests.sent(op.requests[index], message_id, op.first_copy_after)
-                if not future.done():
-                    future.set_result(message_id)
-        self._release(n)
-        if not pending and self._send_timer is not None:
-            self._send_timer.cancel()
-            self._send_timer = None
-
-    def _on_send_error(self, err: pb.CommandSendError) -> None:
-        exc = error_for_code(err.error, err.message)
-        if err.error in (pb.TopicTerminatedError, pb.ProducerFenced):
-            self._failed = exc
-            self._fail_all(exc)
-            return
-        pending = self._pending
-        if err.error in (pb.ChecksumError, pb.NotAllowedError):
-            if pending and pending[0].sequence_id == err.sequence_id:
-                self._fail_op(pending.popleft(), exc)
-            return
-        # Anything else (persistence trouble...): reconnect and send it again.
-        log.warning("%s: send error %s (%s); reconnecting to resend",
-                    self.topic, pb.ServerError.Name(err.error), err.message)
-        if self._conn is not None:
-            self._conn.close()
-
-    def _on_request_receipt(self, receipt: pb.CommandRequestReceipt, body: bytes) -> None:
-        requests = self._requests
-        if requests is None:
-            return
-        if receipt.HasField("request_sequence_id"):
-            requests.on_receipt(receipt, body)  # matched by the request's sequence id
-            return
-        request = self._sole_unreceipted_request(receipt.request_message_id)
-        if request is not None:
-            # The reply overtook the send receipt, which waits for the broker's fsync.
-            # It can only be for this request: every older message of this producer
-            # has its receipt and a smaller id. Take the id from the reply.
-            mid = receipt.request_message_id
-            requests.sent(request, MessageId(mid.ledgerId, mid.entryId, -1, self.partition))
-        requests.on_receipt(receipt, body)
-
-    def _sole_unreceipted_request(self, mid: pb.MessageIdData) -> PendingRequest | None:
-        """The request a reply must belong to, when that is certain before its receipt."""
-        pending = self._pending
-        last = self._last_receipt
-        if len(pending) != 1 or mid.batch_index >= 0:
-            return None
-        if last is None:
-            return None  # an unknown id could be a late reply to an earlier namesake
-        op = pending[0]
-        if op.batched or op.requests is None or op.requests[0] is None:
-            return None
-        if (mid.ledgerId, mid.entryId) <= last:
-            return None  # an older message's reply (late, or already answered)
-        request: PendingRequest = op.requests[0]
-        return None if request.done else request
 
     def request_async(self, msg: OutgoingMessage, timeout: float) -> asyncio.Future[ReplyResult]:
         """PIP-371: send ``msg`` as a request; the future gets the reply."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 import heapq
 import time
 
-from magnetar.client.acks import Position
 from magnetar.client.backoff import Clock, RedeliveryBackoff
+from magnetar.client.consuming.acks import Position
 
 
 class NegativeAcksTracker:

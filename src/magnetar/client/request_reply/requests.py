@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, overload
 
 from magnetar.client.errors import RequestTimeout
 from magnetar.protocol.message_id import MessageId
@@ -36,7 +36,6 @@ from magnetar.protocol.pb import pb
 from magnetar.protocol.request_reply import REQUEST_TIMEOUT_PROPERTY
 
 if TYPE_CHECKING:
-    from magnetar.client.consumer import Consumer
     from magnetar.client.message import Message
 
 __all__ = ["REQUEST_TIMEOUT_PROPERTY", "PendingRequests", "ReplyReceipt", "ReplyResult", "Request"]
@@ -253,6 +252,23 @@ def request_timeout_ms(message: Message) -> int | None:
         return None
 
 
+class RequestConsumer(Protocol):
+    """What a request needs of the consumer that received it: acks, with or without a
+    reply, and negative acks (:class:`~magnetar.client.Consumer` is one)."""
+
+    @overload
+    async def acknowledge(
+        self, message: Message, *, reply: None = None, is_error: bool = False
+    ) -> None: ...
+
+    @overload
+    async def acknowledge(
+        self, message: Message, *, reply: bytes | str, is_error: bool = False
+    ) -> ReplyReceipt: ...
+
+    def negative_acknowledge(self, message: Message) -> None: ...
+
+
 class Request:
     """A received request, for the request-handler loop ``async for req in consumer.requests()``.
 
@@ -265,7 +281,7 @@ class Request:
 
     def __init__(
         self,
-        consumer: Consumer,
+        consumer: RequestConsumer,
         message: Message,
         clock: Callable[[], float] | None = None,
     ) -> None:

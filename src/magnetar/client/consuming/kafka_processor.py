@@ -1,7 +1,7 @@
 """A PIP-96 payload processor for entries that hold Kafka record batches (as KoP writes).
 
 An entry tagged ``entry.format=kafka`` holds one or more Kafka v2 record batches
-(:mod:`magnetar.client.kafka_records`); each data record becomes a message:
+(:mod:`magnetar.client.consuming.kafka_records`); each data record becomes a message:
 
 - value → ``value`` (a null value gives ``b""``);
 - key → ``key``, decoded as UTF-8 with ``surrogateescape`` so that any bytes round-trip
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from magnetar.client.kafka_records import read_record_batches
-from magnetar.client.payload_processor import (
+from magnetar.client.consuming.kafka_records import read_record_batches
+from magnetar.client.consuming.payload_processor import (
     DEFAULT_PROCESSOR,
     Emit,
     EntryContext,

@@ -1,6 +1,6 @@
 """Producers as the application sees them: one per topic, routing to partitions.
 
-:class:`Producer` picks a :class:`~magnetar.client.partition_producer.PartitionProducer`
+:class:`Producer` picks a :class:`~magnetar.client.producing.partition_producer.PartitionProducer`
 for each message (one per partition of a partitioned topic, a single one
 otherwise) and offers ``send``, ``send_async``, ``flush``, ``close``, the
 PIP-371 ``request`` / ``request_async`` and the PIP-96 ``send_entry`` /
@@ -12,24 +12,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from magnetar.client.partition_producer import (
-    ACCESS_MODES,
-    OutgoingMessage,
-    PartitionProducer,
-    ProducerConfig,
-    Value,
-    to_bytes,
-)
-from magnetar.client.request_reply import REQUEST_TIMEOUT_PROPERTY, ReplyResult
-from magnetar.client.routing import Router
+from magnetar.client.producing.config import ACCESS_MODES, ProducerConfig
+from magnetar.client.producing.outgoing import OutgoingMessage, Value, to_bytes
+from magnetar.client.producing.partition_producer import PartitionProducer
+from magnetar.client.producing.routing import Router
+from magnetar.client.request_reply.requests import REQUEST_TIMEOUT_PROPERTY, ReplyResult
 from magnetar.protocol.message_id import MessageId
 
-if TYPE_CHECKING:
-    from magnetar.client.client import Client
-
 __all__ = ["ACCESS_MODES", "PartitionProducer", "Producer", "ProducerConfig", "Value"]
+
+
+class ProducerOwner(Protocol):
+    """What a producer needs of its client: to be forgotten once closed."""
+
+    def _forget(self, thing: Producer) -> None: ...
 
 
 class Producer:
@@ -37,7 +35,7 @@ class Producer:
 
     def __init__(
         self,
-        client: Client,
+        client: ProducerOwner,
         topic: str,
         partitions: list[PartitionProducer],
         router: Router,

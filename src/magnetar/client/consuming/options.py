@@ -39,8 +39,8 @@ from typing import Any
 
 from magnetar.client.backoff import RedeliveryBackoff
 from magnetar.client.client import Client
-from magnetar.client.dead_letter import DeadLetterPolicy
-from magnetar.client.topic_consumer import INITIAL_POSITIONS, SUBSCRIPTION_TYPES
+from magnetar.client.consuming.config import INITIAL_POSITIONS, SUBSCRIPTION_TYPES
+from magnetar.client.consuming.dead_letter import DeadLetterPolicy
 
 __all__ = ["ConsumerConfigError", "consumer_options", "load_consumer_options"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from magnetar.client.connection import Connection
 from magnetar.client.errors import ConnectError, LookupFailed, error_for_code
-from magnetar.client.pool import ConnectionPool, parse_service_url
+from magnetar.client.transport.connection import Connection
+from magnetar.client.transport.pool import ConnectionPool, parse_service_url
 from magnetar.protocol.pb import BaseCommand, pb
 
 T = BaseCommand.Type

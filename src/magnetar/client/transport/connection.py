@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 from magnetar import __version__
-from magnetar.client.auth import Authentication
 from magnetar.client.errors import (
     ConnectError,
     ProtocolViolation,
@@ -26,6 +25,7 @@ from magnetar.client.errors import (
     TimeoutError,
     error_for_code,
 )
+from magnetar.client.transport.auth import Authentication
 from magnetar.protocol.client_codec import PING_FRAME, PONG_FRAME, ClientFrameDecoder
 from magnetar.protocol.errors import ProtocolError
 from magnetar.protocol.frames import (

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from magnetar.client.connection import Connection
+from magnetar.client.backoff import Backoff
 from magnetar.client.errors import (
     AlreadyClosed,
     AuthenticationError,
@@ -28,9 +28,9 @@ from magnetar.client.errors import (
     TransactionError,
     is_retriable,
 )
-
-if TYPE_CHECKING:
-    from magnetar.client.client import Client
+from magnetar.client.transport.connection import Connection
+from magnetar.client.transport.lookup import LookupService
+from magnetar.client.transport.pool import ConnectionPool
 
 log = logging.getLogger("magnetar.client")
 
@@ -48,10 +48,27 @@ _FATAL_ON_RECONNECT = (
 )
 
 
+class HandlerClient(Protocol):
+    """What a per-topic handle needs of its client (:class:`~magnetar.client.Client` is
+    one): where its topic lives, a connection there, a reconnection backoff and the
+    operation timeout. The client's internals, named as the client has them."""
+
+    @property
+    def operation_timeout(self) -> float: ...
+
+    @property
+    def _lookup(self) -> LookupService: ...
+
+    @property
+    def _pool(self) -> ConnectionPool: ...
+
+    def _new_backoff(self) -> Backoff: ...
+
+
 class ConnectionHandler:
     """Base of the per-topic producer and consumer: owns ``_conn`` and reconnection."""
 
-    def __init__(self, client: Client, topic: str) -> None:
+    def __init__(self, client: HandlerClient, topic: str) -> None:
         self._client = client
         self.topic = topic
         self._loop = asyncio.get_running_loop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from magnetar.client.consumer import Consumer
+from magnetar.client.consuming.consumer import Consumer
 from magnetar.client.errors import AlreadyClosed
 from magnetar.client.message import Message
 from magnetar.protocol.message_id import MessageId

@@ -7,9 +7,9 @@ import ssl as _ssl
 from typing import Any
 from urllib.parse import urlsplit
 
-from magnetar.client.auth import Authentication
-from magnetar.client.connection import Connection
 from magnetar.client.errors import AlreadyClosed
+from magnetar.client.transport.auth import Authentication
+from magnetar.client.transport.connection import Connection
 
 
 def parse_service_url(url: str) -> tuple[list[tuple[str, int]], bool]:

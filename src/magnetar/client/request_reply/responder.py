@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
 from magnetar.client.errors import MessageTooBig
-from magnetar.client.request_reply import Request
+from magnetar.client.request_reply.requests import Request
 
 log = logging.getLogger("magnetar.client.responder")
 

@@ -1,6 +1,6 @@
 """Consumers: one subscription over one or more topics, as the application sees it.
 
-:class:`Consumer` owns one :class:`~magnetar.client.topic_consumer.TopicConsumer`
+:class:`Consumer` owns one :class:`~magnetar.client.consuming.topic_consumer.TopicConsumer`
 per topic or partition (a multi-topic, pattern or partitioned subscription has
 several) and the one receiver queue they all feed; it offers ``receive``,
 ``batch_receive``, async iteration, listeners, acks, nacks, seeks, and the PIP-371
@@ -15,31 +15,24 @@ import inspect
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, overload
+from typing import Protocol, overload
 
-from magnetar.client import responder
-from magnetar.client.acks import BatchAcker
-from magnetar.client.dead_letter import LetterProducers
+from magnetar.client.consuming.acks import BatchAcker
+from magnetar.client.consuming.config import INITIAL_POSITIONS, SUBSCRIPTION_TYPES, ConsumerConfig
+from magnetar.client.consuming.dead_letter import LetterFactory, LetterProducers
+from magnetar.client.consuming.entries import FailedEntry, RawEntry
+from magnetar.client.consuming.payload_processor import PayloadProcessingError
+from magnetar.client.consuming.receiver_queue import ReceiverQueue
+from magnetar.client.consuming.retry_topic import reconsume_later
+from magnetar.client.consuming.topic_consumer import TopicConsumer
+from magnetar.client.consuming.topic_state import TopicConsumerBase, TopicConsumerClient
 from magnetar.client.errors import AlreadyClosed, PulsarError, TimeoutError
 from magnetar.client.message import Message
-from magnetar.client.payload_processor import PayloadProcessingError
-from magnetar.client.receiver_queue import ReceiverQueue
-from magnetar.client.request_reply import ReplyReceipt, Request
-from magnetar.client.responder import Handler
-from magnetar.client.retry_topic import reconsume_later
-from magnetar.client.topic_consumer import (
-    INITIAL_POSITIONS,
-    SUBSCRIPTION_TYPES,
-    ConsumerConfig,
-    FailedEntry,
-    RawEntry,
-    TopicConsumer,
-)
+from magnetar.client.request_reply import responder
+from magnetar.client.request_reply.requests import ReplyReceipt, Request
+from magnetar.client.request_reply.responder import Handler
 from magnetar.client.topic_name import partition_index, partition_name, partitioned_base
 from magnetar.protocol.message_id import MessageId
-
-if TYPE_CHECKING:
-    from magnetar.client.client import Client
 
 __all__ = [
     "INITIAL_POSITIONS",
@@ -61,12 +54,19 @@ MessageListener = Callable[["Consumer", Message], Awaitable[None] | None]
 _YIELD_EVERY = 64
 
 
+class ConsumerClient(TopicConsumerClient, LetterFactory, Protocol):
+    """What a consumer needs of its client (:class:`~magnetar.client.Client` is one):
+    its topic consumers' needs, letter producers, and to be forgotten once closed."""
+
+    def _forget(self, thing: Consumer) -> None: ...
+
+
 class Consumer:
     """A subscription to one or more topics (a list, a pattern, or a partitioned topic)."""
 
     def __init__(
         self,
-        client: Client,
+        client: ConsumerClient,
         topics: list[str],
         conf: ConsumerConfig,
         *,
@@ -178,7 +178,7 @@ class Consumer:
             except PulsarError as exc:
                 log.warning("topic discovery for %s failed: %s", self._pattern, exc)
 
-    def _sub_failed(self, sub: TopicConsumer, exc: PulsarError) -> None:
+    def _sub_failed(self, sub: TopicConsumerBase, exc: PulsarError) -> None:
         log.error("consumer of %s failed: %s", sub.topic, exc)
         self._failure = exc
 
@@ -537,7 +537,7 @@ class Consumer:
         """PIP-371 responder loop: run ``handler`` on each request (up to
         ``concurrency`` at once) and reply with what it returns; replies are
         pipelined.  Returns when the consumer closes.  See
-        :mod:`magnetar.client.responder`."""
+        :mod:`magnetar.client.request_reply.responder`."""
         await responder.serve(self, handler, concurrency, skip_expired, clock)
 
     # ------------------------------------------------------------------ closing

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
-from magnetar.client.dead_letter import (
+from magnetar.client.consuming.dead_letter import (
     DEFAULT_MAX_RECONSUME_TIMES,
     DELAY_TIME,
     RECONSUMETIMES,

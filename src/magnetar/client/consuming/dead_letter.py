@@ -27,17 +27,13 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from magnetar.client.acks import Position
+from magnetar.client.consuming.acks import Position
 from magnetar.client.errors import AlreadyClosed, ConsumerBusy
 from magnetar.client.message import Message
 from magnetar.client.topic_name import partitioned_base
 from magnetar.protocol.message_id import MessageId
-
-if TYPE_CHECKING:
-    from magnetar.client.client import Client
-    from magnetar.client.producer import Producer
 
 log = logging.getLogger("magnetar.client.dead_letter")
 
@@ -168,6 +164,46 @@ def still_unacked(messages: list[Message]) -> list[Message]:
             if m._acker is None or m._index < 0 or not m._acker.is_acked(m._index)]
 
 
+class LetterProducer(Protocol):
+    """What a producer of letters is used for (:class:`~magnetar.client.Producer` is one)."""
+
+    async def send(
+        self,
+        value: bytes,
+        *,
+        key: str | None = None,
+        ordering_key: bytes | str | None = None,
+        properties: Mapping[str, str] | None = None,
+        event_time: int | None = None,
+        deliver_after: float | None = None,
+    ) -> MessageId: ...
+
+    async def close(self) -> None: ...
+
+
+class Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+class LetterFactory(Protocol):
+    """Where letter producers come from (:class:`~magnetar.client.Client` is one): a
+    producer of a topic, and a subscription to create the DLQ's initial one."""
+
+    async def create_producer(
+        self, topic: str, *, batching: bool = False, block_if_queue_full: bool = True
+    ) -> LetterProducer: ...
+
+    async def subscribe(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        subscription_type: str = "exclusive",
+        initial_position: str = "latest",
+        receiver_queue_size: int = 1000,
+    ) -> Closable: ...
+
+
 class LetterProducers:
     """A consumer's producers of dead and retry letters, each created on first use.
 
@@ -175,14 +211,14 @@ class LetterProducers:
     a DLQ producer when they share the DLQ.
     """
 
-    def __init__(self, client: Client, initial_subscription_name: str | None) -> None:
+    def __init__(self, client: LetterFactory, initial_subscription_name: str | None) -> None:
         self._client = client
         self._initial_subscription = initial_subscription_name
-        self._producers: dict[str, Producer] = {}
+        self._producers: dict[str, LetterProducer] = {}
         self._creating: dict[str, asyncio.Lock] = {}
         self._closed = False
 
-    async def producer(self, topic: str, *, dead_letters: bool) -> Producer:
+    async def producer(self, topic: str, *, dead_letters: bool) -> LetterProducer:
         existing = self._producers.get(topic)
         if existing is not None:
             return existing
