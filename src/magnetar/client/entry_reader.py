@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+from magnetar.client.consuming.reader import Reader
 from magnetar.client.payload_processor import EntryContext, MessagePayload
-from magnetar.client.reader import Reader
 from magnetar.client.schema import SchemaInfo
 from magnetar.client.topic_name import partition_index
 from magnetar.protocol.batch import split_batch

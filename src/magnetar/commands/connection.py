@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
-    from magnetar.client.auth import Authentication
+    from magnetar.client.transport.auth import Authentication
     from magnetar.commands.rest import RestClient
 
 DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
@@ -250,7 +250,7 @@ class Credentials:
     key_file: str | None = None
 
     def client_auth(self) -> Authentication | None:
-        from magnetar.client.auth import (
+        from magnetar.client.transport.auth import (
             AuthenticationBasic,
             AuthenticationTLS,
             AuthenticationToken,

@@ -197,7 +197,7 @@ async def _follow(mirror: Mirror, filters: Filters, stop: asyncio.Event) -> None
 
 async def mirror(args: argparse.Namespace, filters: Filters) -> int:
     from magnetar.client import Client
-    from magnetar.client.auth import AuthenticationToken
+    from magnetar.client.transport.auth import AuthenticationToken
 
     started = time.monotonic()
     stop = asyncio.Event()
