@@ -132,6 +132,14 @@ class Client:
         count = await self._lookup.get_partition_count(topic)
         return [partition_name(topic, i) for i in range(count)] if count else [topic]
 
+    async def get_schema(self, topic: str, version: bytes | None = None) -> SchemaInfo | None:
+        """``topic``'s schema as the broker keeps it (the latest, or the one of
+        ``version``, a message's ``schema_version``); None when it has none. A
+        partitioned topic's schema is its partitions' (the broker answers for them)."""
+        self._check_open()
+        found = await self._lookup.get_schema(complete_topic_name(topic), version)
+        return None if found is None else found[0]
+
     # ------------------------------------------------------------------ producers
 
     async def create_producer(

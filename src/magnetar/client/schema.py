@@ -34,9 +34,18 @@ _TYPES = {
     "INT64": 9,
     "FLOAT": 10,
     "DOUBLE": 11,
+    "DATE": 12,
+    "TIME": 13,
+    "TIMESTAMP": 14,
     "KEY_VALUE": 15,
+    "INSTANT": 16,
+    "LOCAL_DATE": 17,
+    "LOCAL_TIME": 18,
+    "LOCAL_DATE_TIME": 19,
     "PROTOBUF_NATIVE": 20,
 }
+# Schema.Type on the wire -> Pulsar's name (0 reads as BYTES, as the Java client's).
+_NAMES = {number: name for name, number in _TYPES.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,15 @@ class SchemaInfo:
         out.schema_data = self.schema
         for key, value in self.properties.items():
             out.properties.add(key=key, value=value)
+
+    @classmethod
+    def from_pb(cls, schema: pb.Schema) -> SchemaInfo:
+        """The schema a broker sent (GET_SCHEMA's answer, a SUBSCRIBE's success)."""
+        kind = _NAMES.get(schema.type)
+        if kind is None:
+            raise ValueError(f"unknown schema type {schema.type} on the wire")
+        return cls(kind, schema.schema_data, schema.name,
+                   {kv.key: kv.value for kv in schema.properties})  # type: ignore[attr-defined]
 
     def decode(self, data: bytes) -> Any:
         """``data`` (a message's payload) as a value of this schema, in Pulsar's

@@ -1,8 +1,10 @@
-"""Binary-protocol lookups: which broker serves a topic, partition counts, namespace topics."""
+"""Binary-protocol lookups: which broker serves a topic, partition counts, namespace
+topics, a topic's schema."""
 
 from __future__ import annotations
 
 from magnetar.client.errors import ConnectError, LookupFailed, error_for_code
+from magnetar.client.schema import SchemaInfo
 from magnetar.client.transport.connection import Connection
 from magnetar.client.transport.pool import ConnectionPool, parse_service_url
 from magnetar.protocol.pb import BaseCommand, pb
@@ -112,3 +114,25 @@ class LookupService:
         }[mode]
         response = (await conn.request(cmd, request_id)).getTopicsOfNamespaceResponse
         return list(response.topics)
+
+    async def get_schema(
+        self, topic: str, version: bytes | None = None
+    ) -> tuple[SchemaInfo, bytes] | None:
+        """``topic``'s schema (its latest, or the one of ``version``) and its version,
+        by GET_SCHEMA; None when the topic has none, or does not exist (the broker's
+        TopicNotFound, which the official clients take as "no schema" too)."""
+        conn = await self.service_connection()
+        request_id = conn.new_request_id()
+        cmd = BaseCommand(type=T.GET_SCHEMA)
+        cmd.getSchema.topic = topic
+        cmd.getSchema.request_id = request_id
+        if version is not None:
+            cmd.getSchema.schema_version = version
+        response = (await conn.request(cmd, request_id)).getSchemaResponse
+        if response.HasField("error_code"):
+            if response.error_code == pb.TopicNotFound:
+                return None
+            raise error_for_code(response.error_code, response.error_message)
+        if not response.HasField("schema"):
+            return None
+        return SchemaInfo.from_pb(response.schema), response.schema_version
