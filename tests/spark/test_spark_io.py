@@ -269,8 +269,8 @@ def test_batch_write_round_trip(
     assert got == [(w[0], w[1], w[2], round(w[3].timestamp() * 1000))
                    for w in rows if w[4] == out]
 
-    with pytest.raises(Exception, match="needs a 'value' column"):
-        spark.createDataFrame([("x",)], "v string").write.format("pulsar") \
+    with pytest.raises(Exception, match="needs a 'value' column"):  # metadata alone
+        spark.createDataFrame([("x",)], "__key string").write.format("pulsar") \
             .option("service.url", spark_broker.service_url).option("topic", out) \
             .mode("append").save()
 

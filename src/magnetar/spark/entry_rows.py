@@ -7,7 +7,8 @@ times appended; its publish time, topic and the serialised id's entry part are m
 once per entry, and ``__messageId`` for the whole index range at once (the entry's
 prefix followed by each index's cached suffix).  No message object, no per-message
 ``await``.  :meth:`EntryRows.take` builds the record batch, each column by Arrow from
-one list.
+one list; the value columns are decoded there with the topic's schema, all rows at once
+(:func:`magnetar.spark.topic_schema.value_columns`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from itertools import repeat
 import pyarrow as pa
 
 from magnetar.client.entry_reader import Entry
+from magnetar.client.schema import SchemaInfo
 from magnetar.protocol.batch import split_batch
 from magnetar.protocol.message_id import MessageId
-from magnetar.spark.rows import PROPERTIES, PUBLISH_TIME, arrow_schema
+from magnetar.spark.rows import PROPERTIES, PUBLISH_TIME, arrow_schema, arrow_schema_of
+from magnetar.spark.topic_schema import is_raw, source_schema, value_columns
 
 
 def id_prefix(ledger: int, entry: int, partition: int) -> bytes:
@@ -40,9 +43,14 @@ _EMPTY: dict[str, str] = {}  # never changed: shared by rows without properties
 class EntryRows:
     """The rows of one topic partition for one record batch, gathered entry by entry."""
 
-    def __init__(self, topic: str, partition: int = -1) -> None:
+    def __init__(self, topic: str, partition: int = -1,
+                 value_schema: SchemaInfo | None = None) -> None:
         self.topic = topic
         self._partition = partition
+        self._value_schema = value_schema
+        self._arrow = (arrow_schema() if is_raw(value_schema)
+                       else arrow_schema_of(source_schema(value_schema)))
+        self._value_count = len(self._arrow) - 6  # the metadata columns are six
         self._suffixes: dict[int, list[bytes]] = {}
         self._reset()
 
@@ -124,7 +132,7 @@ class EntryRows:
 
     def take(self) -> pa.RecordBatch:
         """The gathered rows as a record batch; the buffer starts afresh."""
-        schema = arrow_schema()
+        schema = self._arrow
         n = len(self._values)
         stamp = schema.field(PUBLISH_TIME).type
         publish = pa.array(self._publish, pa.int64())
@@ -138,8 +146,10 @@ class EntryRows:
             keys = pa.array(self._keys, pa.string()).cast(pa.binary())
             events = _stamps(pa.array(self._events, pa.int64()), stamp)
             props = pa.array(self._props, schema.field(PROPERTIES).type)
+        values = value_columns(self._value_schema,
+                               pa.schema(list(schema)[:self._value_count]), self._values)
         columns = [
-            pa.array(self._values, pa.binary()),
+            *values,
             keys,
             pa.array(repeat(self.topic, n), pa.string(), size=n),
             pa.array(self._ids, pa.binary()),

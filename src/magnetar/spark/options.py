@@ -12,12 +12,17 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from magnetar.client import Client
+from magnetar.client.schema import SchemaInfo
 from magnetar.client.topic_name import complete_topic_name
 from magnetar.protocol.message_id import MessageId
 from magnetar.spark.auth_options import AuthSpec
 from magnetar.spark.positions import key_before, key_through, parse_topic_ids, parse_topic_times
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 # Every option the source and the sink take, spelt as pulsar-spark and the official
 # clients' configuration spell them (Spark hands them over lower-cased); any other is
@@ -203,6 +208,20 @@ class SourceConfig:
     subscription: str | None = None
     subscription_prefix: str = "spark-pulsar"
     rows_per_batch: int = 8192
+    # The schema the topics' values are decoded with (set on the driver from the
+    # topics' schema; None: values read as bytes).
+    value_schema: SchemaInfo | None = None
+
+    @classmethod
+    def for_topics(cls, options: Mapping[str, str]) -> SourceConfig:
+        """The topics and connection of a source, for a question about its topics
+        before Spark says whether it reads a batch or a stream."""
+        opts = normalise(options)
+        return cls(client=ClientSettings.from_options(opts),
+                   selection=TopicSelection.from_options(opts),
+                   starting="earliest", ending="latest",
+                   allow_different_topic_schemas=_bool(opts, "allowdifferenttopicschemas",
+                                                       False))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> SourceConfig:
@@ -290,10 +309,12 @@ class SinkConfig:
     compression: str | None = "lz4"
     max_pending_messages: int = 1000
     send_timeout: float = 30.0
-    columns: tuple[str, ...] = field(default=())
+    columns: tuple[str, ...] = field(default=())  # the metadata columns written
+    values: StructType | None = None  # the value columns (all but the metadata ones)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str], columns: tuple[str, ...]) -> SinkConfig:
+    def from_options(cls, options: Mapping[str, str], columns: tuple[str, ...],
+                     values: StructType | None = None) -> SinkConfig:
         opts = normalise(options, SINK_OPTIONS, "sink")
         topic = opts.get("topic") or None
         if topic is None and "__topic" not in columns:
@@ -319,4 +340,5 @@ class SinkConfig:
             max_pending_messages=max(1, pending),
             send_timeout=send_ms / 1000,
             columns=columns,
+            values=values,
         )

@@ -82,7 +82,7 @@ class RangeReader:
         self._reader: EntryReader | None = None
         self._config = config
         self._part = part
-        self._rows = EntryRows(part.topic, part.partition)
+        self._rows = EntryRows(part.topic, part.partition, config.value_schema)
         self._done = False
         self._first = True
         self._floor = part.lo  # keys up to here are read (or before the range)

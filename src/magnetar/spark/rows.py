@@ -10,7 +10,7 @@ than reading the messages.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -45,47 +45,46 @@ SCHEMA = StructType(
     ]
 )
 
-# Columns a writer uses; __messageId and __publishTime are the broker's to assign, so
-# a read-then-write pipeline may carry them and they are ignored.
-WRITE_COLUMNS = {VALUE, KEY, TOPIC, EVENT_TIME, PROPERTIES}
+# Metadata columns a writer uses; __messageId and __publishTime are the broker's to
+# assign, so a read-then-write pipeline may carry them and they are ignored. Every
+# other column is part of the value (see magnetar.spark.topic_schema).
+WRITE_COLUMNS = {KEY, TOPIC, EVENT_TIME, PROPERTIES}
 IGNORED_ON_WRITE = {MESSAGE_ID, PUBLISH_TIME}
 
 
 @cache
 def arrow_schema() -> pa.Schema:
     """The Arrow schema Spark expects for :data:`SCHEMA` (it checks for equality)."""
+    return arrow_schema_of(SCHEMA)
+
+
+def arrow_schema_of(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark expects for ``schema``'s record batches."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(SCHEMA, timezone="UTC")
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 # ---------------------------------------------------------------- writing
 
 
-def check_write_columns(names: Sequence[str]) -> tuple[str, ...]:
-    """The columns a writer will use; a missing ``value`` or an unknown column is an
-    error (a column the sink would silently drop is more likely a mistake)."""
-    if VALUE not in names:
-        raise ValueError("writing to pulsar needs a 'value' column (binary or string)")
-    unknown = [n for n in names if n not in WRITE_COLUMNS | IGNORED_ON_WRITE]
-    if unknown:
-        raise ValueError(
-            f"columns {unknown} cannot be written to pulsar; the sink takes "
-            f"{sorted(WRITE_COLUMNS)} (and ignores {sorted(IGNORED_ON_WRITE)})"
-        )
-    return tuple(n for n in names if n in WRITE_COLUMNS)
+def check_write_columns(schema: StructType) -> tuple[tuple[str, ...], StructType]:
+    """The metadata columns a writer will use, and the value columns (every other
+    column but the ignored ones); a DataFrame without a value column is an error."""
+    names = schema.fieldNames()
+    meta = tuple(n for n in names if n in WRITE_COLUMNS)
+    values = StructType([f for f in schema.fields
+                         if f.name not in WRITE_COLUMNS | IGNORED_ON_WRITE])
+    if not values.fields:
+        raise ValueError("writing to pulsar needs a 'value' column (binary or string, or a "
+                         "value of the topic's schema) or the columns of its record schema")
+    return meta, values
 
 
-def _text(value: Any) -> str | None:
+def as_text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     return bytes(value).decode()
-
-
-def _payload(value: Any) -> bytes:
-    if value is None:
-        raise ValueError("a row to write has a null 'value'")
-    return value.encode() if isinstance(value, str) else bytes(value)
 
 
 def _millis(column: pa.Array) -> list[int | None]:
@@ -104,8 +103,9 @@ def _millis(column: pa.Array) -> list[int | None]:
 OutgoingRow = tuple[bytes, str | None, dict[str, str] | None, int | None, str | None]
 
 
-def rows_to_send(batch: pa.RecordBatch) -> list[OutgoingRow]:
-    """``(value, key, properties, event_time_ms, topic)`` for each row of ``batch``."""
+def rows_to_send(batch: pa.RecordBatch, values: list[bytes]) -> list[OutgoingRow]:
+    """``(value, key, properties, event_time_ms, topic)`` for each row of ``batch``;
+    ``values`` are its rows' payloads, encoded already."""
     n = batch.num_rows
     names = batch.schema.names
 
@@ -114,9 +114,8 @@ def rows_to_send(batch: pa.RecordBatch) -> list[OutgoingRow]:
             return [None] * n
         return [convert(v) for v in batch.column(name).to_pylist()]
 
-    values = column(VALUE, _payload)
-    keys = column(KEY, _text)
+    keys = column(KEY, as_text)
     props = column(PROPERTIES, lambda v: None if v is None else dict(v))
     events = _millis(batch.column(EVENT_TIME)) if EVENT_TIME in names else [None] * n
-    topics = column(TOPIC, _text)
+    topics = column(TOPIC, as_text)
     return list(zip(values, keys, props, events, topics, strict=True))

@@ -1,11 +1,14 @@
 """The ``pulsar`` data source: Spark's entry point, and its batch reader and writers.
 
 Spark builds these objects on the driver and pickles readers and writers to the
-executors, so they hold parsed options only; each task opens its own client.
+executors, so they hold parsed options only; each task opens its own client.  The
+source's columns follow its topics' schema, asked of the broker once on the driver
+(:meth:`PulsarDataSource.schema`) and carried to the tasks in the source's config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -19,13 +22,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from magnetar.client.schema import SchemaInfo
 from magnetar.spark._loop import BackgroundLoop
 from magnetar.spark.options import SinkConfig, SourceConfig
 from magnetar.spark.planning import Planner, TopicRange
 from magnetar.spark.reading import read_range
 from magnetar.spark.retry import retrying
-from magnetar.spark.rows import SCHEMA, check_write_columns
+from magnetar.spark.rows import check_write_columns
 from magnetar.spark.stream import PulsarStreamReader
+from magnetar.spark.topic_schema import source_schema
 from magnetar.spark.writing import write_batches
 
 
@@ -37,13 +42,32 @@ class PulsarDataSource(DataSource):  # type: ignore[misc]
         return "pulsar"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        """The topics' schema as columns (``value`` bytes for topics without one, and
+        with ``allowDifferentTopicSchemas``), then the metadata columns."""
+        return source_schema(self._value_schema())
+
+    def _value_schema(self) -> SchemaInfo | None:
+        """The topics' schema, asked once (Spark pickles this object after
+        :meth:`schema` and builds the reader from the copy)."""
+        config = SourceConfig.for_topics(self.options)  # batch or stream: not known here
+        if config.allow_different_topic_schemas:
+            return None
+        if not hasattr(self, "_topic_schema"):
+            with BackgroundLoop() as loop:
+                self._topic_schema = loop.run(retrying(
+                    lambda: topics_schema(config), timeout=config.client.operation_timeout,
+                    what="asking for the pulsar topics' schema"))
+        return self._topic_schema
+
+    def _source(self, streaming: bool) -> SourceConfig:
+        config = SourceConfig.from_options(self.options, streaming=streaming)
+        return dataclasses.replace(config, value_schema=self._value_schema())
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return PulsarBatchReader(SourceConfig.from_options(self.options, streaming=False))
+        return PulsarBatchReader(self._source(streaming=False))
 
     def streamReader(self, schema: StructType) -> PulsarStreamReader:
-        return PulsarStreamReader(SourceConfig.from_options(self.options, streaming=True))
+        return PulsarStreamReader(self._source(streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> PulsarBatchWriter:
         return PulsarBatchWriter(self._sink(schema, overwrite))
@@ -54,7 +78,29 @@ class PulsarDataSource(DataSource):  # type: ignore[misc]
     def _sink(self, schema: StructType, overwrite: bool) -> SinkConfig:
         if overwrite:
             raise ValueError("a pulsar topic can only be appended to: use mode('append')")
-        return SinkConfig.from_options(self.options, check_write_columns(schema.fieldNames()))
+        return SinkConfig.from_options(self.options, *check_write_columns(schema))
+
+
+async def topics_schema(config: SourceConfig) -> SchemaInfo | None:
+    """The schema the source's topic partitions share (None if none has one); topics
+    of different schemas are an error, as pulsar-spark's, unless
+    ``allowDifferentTopicSchemas`` reads them all as bytes."""
+    client = config.client.connect()
+    try:
+        topics = await Planner(client, config).partitions()
+        found = {}
+        for topic in topics:
+            info = await client.get_schema(topic)
+            found[topic] = info
+        kinds = {(i.type.upper(), i.schema) if i else None for i in found.values()}
+        if len(kinds) > 1:
+            described = {t: (i.type if i else "none") for t, i in found.items()}
+            raise ValueError(f"the topics to read have different schemas ({described}); "
+                             "set 'allowDifferentTopicSchemas' to 'true' to read their "
+                             "values as bytes")
+        return next(iter(found.values()), None)
+    finally:
+        await client.close()
 
 
 class PulsarBatchReader(DataSourceReader):  # type: ignore[misc]

@@ -6,6 +6,11 @@ each as one entry (a partitioned topic's rows, or with batching off, go message 
 message), keeps about ``maxPendingMessages`` messages in flight, and returns only
 once every message has its receipt.  A failed send fails the task, and Spark runs it
 again: rows may then be written twice (at-least-once, as pulsar-spark), never lost.
+
+The value columns are encoded with each topic's schema, asked of the broker when the
+task first writes to it; a topic without one gets the schema the columns make
+(:mod:`magnetar.spark.topic_schema`).  The producer attaches with that schema, so the
+broker checks it as it checks any producer's (IncompatibleSchema fails the task).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from magnetar.client import Client, MessageId, Producer
 from magnetar.spark._loop import BackgroundLoop
 from magnetar.spark.entry_batches import batch_entries
 from magnetar.spark.options import SinkConfig
-from magnetar.spark.rows import OutgoingRow, rows_to_send
+from magnetar.spark.rows import TOPIC, VALUE, OutgoingRow, as_text, rows_to_send
+from magnetar.spark.topic_schema import ValueEncoder, is_raw, schema_for_columns
 
 
 @dataclass
@@ -39,7 +45,7 @@ def write_batches(config: SinkConfig, batches: Iterable[pa.RecordBatch]) -> Sent
         try:
             for batch in batches:
                 if batch.num_rows:
-                    loop.run(sender.send(rows_to_send(batch)))
+                    loop.run(sender.send(batch))
             loop.run(sender.finish())
         finally:
             loop.run(sender.close())
@@ -52,40 +58,51 @@ class Sender:
     def __init__(self, config: SinkConfig) -> None:
         self._config = config
         self._client: Client | None = None
-        self._producers: dict[str, Producer] = {}
+        self._producers: dict[str, tuple[Producer, ValueEncoder]] = {}
         # Sends awaiting their receipt, each with the number of messages it carries.
         self._pending: deque[tuple[asyncio.Future[MessageId], int]] = deque()
         self._in_flight = 0
         self.count = 0
 
-    async def _producer(self, topic: str) -> Producer:
-        producer = self._producers.get(topic)
-        if producer is None:
+    async def _producer(self, topic: str) -> tuple[Producer, ValueEncoder]:
+        known = self._producers.get(topic)
+        if known is None:
             if self._client is None:
                 self._client = self._config.client.connect()
             c = self._config
+            columns = c.values.fieldNames() if c.values is not None else [VALUE]
+            schema = await self._client.get_schema(topic)
+            if is_raw(schema) and c.values is not None:
+                schema = schema_for_columns(c.values.fields)
+            encoder = ValueEncoder(schema, columns)
             producer = await self._client.create_producer(
                 topic, batching=c.batching, batching_max_messages=c.batching_max_messages,
                 batching_max_delay=c.batching_max_delay, compression=c.compression,
                 max_pending_messages=c.max_pending_messages, send_timeout=c.send_timeout,
+                schema=None if is_raw(schema) else schema,
             )
-            self._producers[topic] = producer
-        return producer
+            known = self._producers[topic] = (producer, encoder)
+        return known
 
-    async def send(self, rows: list[OutgoingRow]) -> None:
+    async def send(self, batch: pa.RecordBatch) -> None:
         default_topic = self._config.topic
-        by_topic: dict[str, list[OutgoingRow]] = {}
-        for row in rows:
-            topic = default_topic or row[4]
-            if not topic:
+        if default_topic:
+            groups = {default_topic: batch}
+        else:
+            topics = [as_text(t) for t in batch.column(TOPIC).to_pylist()]
+            if not all(topics):
                 raise ValueError("a row has no '__topic' and the option 'topic' is not set")
-            by_topic.setdefault(topic, []).append(row)
-        for topic, part in by_topic.items():
-            producer = self._producers.get(topic) or await self._producer(topic)
+            rows_of: dict[str, list[int]] = {}
+            for i, topic in enumerate(topics):
+                rows_of.setdefault(topic, []).append(i)  # type: ignore[arg-type]
+            groups = {t: batch.take(pa.array(rows)) for t, rows in rows_of.items()}
+        for topic, part in groups.items():
+            producer, encoder = self._producers.get(topic) or await self._producer(topic)
+            rows = rows_to_send(part, encoder.encode(part))
             if self._config.batching and producer.num_partitions == 0:  # not partitioned
-                await self._send_entries(producer, part)
+                await self._send_entries(producer, rows)
             else:
-                await self._send_messages(producer, part)
+                await self._send_messages(producer, rows)
 
     async def _send_entries(self, producer: Producer, rows: list[OutgoingRow]) -> None:
         """Rows as whole batch entries, built here (a send per batch, not per message;
@@ -118,7 +135,7 @@ class Sender:
         self.count += messages
 
     async def finish(self) -> None:
-        await asyncio.gather(*(p.flush() for p in self._producers.values()))
+        await asyncio.gather(*(p.flush() for p, _ in self._producers.values()))
         while self._pending:
             await self._settle_one()
 
@@ -127,3 +144,4 @@ class Sender:
             future.cancel()
         if self._client is not None:
             await self._client.close()
+
