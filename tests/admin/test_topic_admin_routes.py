@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from magnetar.broker.rates import MovingRate, RateTracker
+from magnetar.broker.observability.rates import MovingRate, RateTracker
 from magnetar.testing import EmbeddedBroker
 
 from .admin_http import http, ok, wait_for

@@ -16,7 +16,7 @@ import pulsar
 import pytest
 
 from magnetar.broker.config import BrokerConfig, ConfigError
-from magnetar.broker.listeners import parse_listeners
+from magnetar.broker.session.listeners import parse_listeners
 from magnetar.client import Client
 from magnetar.client.errors import NotAllowed
 from magnetar.protocol.pb import BaseCommand, pb

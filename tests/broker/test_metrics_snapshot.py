@@ -6,7 +6,7 @@ from __future__ import annotations
 import pulsar
 import pytest
 
-from magnetar.broker import metrics
+from magnetar.broker.observability import metrics
 from magnetar.testing import EmbeddedBroker
 
 from .test_storage_metrics import sample, scrape

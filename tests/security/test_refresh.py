@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pulsar
 import pytest
 
-from magnetar.broker.connection import ServerCnx
+from magnetar.broker.session.connection import ServerCnx
 from magnetar.client import AuthenticationToken, Client
 from magnetar.protocol.frames import FrameDecoder, encode_command
 from magnetar.protocol.pb import BaseCommand, pb

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from aiohttp import web
 
-from magnetar.broker.namespaces import (
+from magnetar.broker.policies.namespaces import (
     CLUSTER,
     AlreadyExists,
     NamespaceNotFound,

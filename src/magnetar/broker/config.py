@@ -17,7 +17,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from magnetar.broker.listeners import parse_listeners, select
+from magnetar.broker.session.listeners import parse_listeners, select
 from magnetar.protocol.frames import DEFAULT_MAX_MESSAGE_SIZE
 
 

@@ -14,25 +14,25 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from magnetar.broker.auth import build_authentication, build_authorization, build_tls_context
-from magnetar.broker.compaction_service import CompactionService
 from magnetar.broker.config import BrokerConfig, ConfigError, listen_error, os_reason
-from magnetar.broker.connection import ServerCnx
-from magnetar.broker.dedup_policy import DedupPolicies, settings_from_config
-from magnetar.broker.gc_pauses import GcPauseRecorder
-from magnetar.broker.idle_poll import IdlePoller
-from magnetar.broker.limits import ConnectionLimits, PublishBuffer, UnauthenticatedBuffers
-from magnetar.broker.loop_lag import LoopLagProbe
-from magnetar.broker.metrics import BrokerMetrics
-from magnetar.broker.namespaces import NamespaceRegistry
-from magnetar.broker.rates import RateTracker
-from magnetar.broker.redelivery_backoff import BackoffPolicies, RedeliveryBackoffPolicy
-from magnetar.broker.request_log import RequestLog
-from magnetar.broker.retention_policies import RetentionPolicyStore
-from magnetar.broker.rpc import ReplyRouter
-from magnetar.broker.stall_tracer import StallTracer
-from magnetar.broker.topic import Topic, TopicUnavailable
+from magnetar.broker.features.compaction_service import CompactionService
+from magnetar.broker.features.request_log import RequestLog
+from magnetar.broker.features.rpc import ReplyRouter
+from magnetar.broker.observability.gc_pauses import GcPauseRecorder
+from magnetar.broker.observability.loop_lag import LoopLagProbe
+from magnetar.broker.observability.metrics import BrokerMetrics
+from magnetar.broker.observability.rates import RateTracker
+from magnetar.broker.observability.stall_tracer import StallTracer
+from magnetar.broker.policies.dedup_policy import DedupPolicies, settings_from_config
+from magnetar.broker.policies.namespaces import NamespaceRegistry
+from magnetar.broker.policies.redelivery_backoff import BackoffPolicies, RedeliveryBackoffPolicy
+from magnetar.broker.policies.retention_policies import RetentionPolicyStore
+from magnetar.broker.policies.topic_policies import PolicyEnforcer
+from magnetar.broker.session.connection import ServerCnx
+from magnetar.broker.session.idle_poll import IdlePoller
+from magnetar.broker.session.limits import ConnectionLimits, PublishBuffer, UnauthenticatedBuffers
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
-from magnetar.broker.topic_policies import PolicyEnforcer
+from magnetar.broker.topics.topic import Topic, TopicUnavailable
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 from magnetar.storage import CorruptLedger, LedgerConfig, ManagedLedger, Store, TopicMetadata
@@ -42,7 +42,7 @@ from magnetar.storage.errors import StorageError
 from magnetar.storage.ledger_ids import LedgerIds, begin_ledger
 
 if TYPE_CHECKING:
-    from magnetar.broker.producer import Producer
+    from magnetar.broker.topics.producer import Producer
 
 log = logging.getLogger("magnetar.broker")
 
@@ -89,7 +89,7 @@ class BrokerService:
             config.data_dir,
             on_namespace_written=self._namespace_policies_written,
         )
-        # Retention, message TTL and backlog quotas (broker/topic_policies.py).
+        # Retention, message TTL and backlog quotas (broker/policies/topic_policies.py).
         self.retention_policies = RetentionPolicyStore(
             config, config.data_dir, on_namespace_written=self._namespace_policies_written
         )

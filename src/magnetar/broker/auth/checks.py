@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from magnetar.broker.auth.authorization import CONSUME, PRODUCE
-from magnetar.broker.handlers.errors import CommandError
+from magnetar.broker.session.handlers.errors import CommandError
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.connection import ServerCnx
+    from magnetar.broker.session.connection import ServerCnx
 
 _WHAT = {PRODUCE: "Publish", CONSUME: "subscribe"}
 

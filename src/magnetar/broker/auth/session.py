@@ -29,7 +29,7 @@ from magnetar.protocol.pb import BaseCommand, pb
 if TYPE_CHECKING:
     import asyncio
 
-    from magnetar.broker.connection import ServerCnx
+    from magnetar.broker.session.connection import ServerCnx
 
 log = logging.getLogger("magnetar.broker.auth")
 
