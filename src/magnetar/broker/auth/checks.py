@@ -17,27 +17,27 @@ from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.session.connection import ServerCnx
+    from magnetar.broker.session.peer import AnyConnection
 
 _WHAT = {PRODUCE: "Publish", CONSUME: "subscribe"}
 
 
-def refusal(cnx: ServerCnx, topic: TopicName, action: str, what: str = "") -> str | None:
+def refusal(cnx: AnyConnection, topic: TopicName, action: str, what: str = "") -> str | None:
     """Why ``cnx``'s role may not do ``action`` on ``topic`` (None: it may)."""
-    authorization = cnx.service.authorization
+    authorization = cnx.authorization
     if authorization is None or authorization.allowed(cnx.role, topic, action):
         return None
     return f"Client is not authorized to {what or _WHAT[action]} (role {cnx.role!r} on {topic})"
 
 
-def require(cnx: ServerCnx, topic: TopicName, action: str, what: str = "") -> None:
+def require(cnx: AnyConnection, topic: TopicName, action: str, what: str = "") -> None:
     """CommandError AuthorizationError unless ``cnx``'s role may do ``action``."""
     why = refusal(cnx, topic, action, what)
     if why is not None:
         raise CommandError(pb.AuthorizationError, why)
 
 
-def require_producer(cnx: ServerCnx, topic: TopicName, initial_subscription: str) -> None:
+def require_producer(cnx: AnyConnection, topic: TopicName, initial_subscription: str) -> None:
     """PRODUCER's check: produce, and consume too when it asks for an initial
     subscription (PIP-124), as Pulsar checks SUBSCRIBE for it: a role that may only
     produce would otherwise create a subscription that holds the topic's entries."""
@@ -46,10 +46,10 @@ def require_producer(cnx: ServerCnx, topic: TopicName, initial_subscription: str
         require(cnx, topic, CONSUME, f"subscribe (initial subscription {initial_subscription!r})")
 
 
-def list_topics_refusal(cnx: ServerCnx, namespace: str) -> str | None:
+def list_topics_refusal(cnx: AnyConnection, namespace: str) -> str | None:
     """Why GET_TOPICS_OF_NAMESPACE of ``namespace`` ("tenant/ns") is refused (None: it
     is not)."""
-    authorization = cnx.service.authorization
+    authorization = cnx.authorization
     if authorization is None:
         return None
     tenant, _, local = namespace.partition("/")
@@ -60,10 +60,10 @@ def list_topics_refusal(cnx: ServerCnx, namespace: str) -> str | None:
             f"(role {cnx.role!r} on {namespace})")
 
 
-def lookup_refusal(cnx: ServerCnx, topic: str, what: str) -> str | None:
+def lookup_refusal(cnx: AnyConnection, topic: str, what: str) -> str | None:
     """Why a lookup of ``topic`` is refused: the role may neither produce nor consume
     (as Pulsar's canLookup). An invalid name is left to the lookup to answer."""
-    authorization = cnx.service.authorization
+    authorization = cnx.authorization
     if authorization is None:
         return None
     try:

@@ -29,7 +29,7 @@ from magnetar.protocol.pb import BaseCommand, pb
 if TYPE_CHECKING:
     import asyncio
 
-    from magnetar.broker.session.connection import ServerCnx
+    from magnetar.broker.session.peer import AnyConnection
 
 log = logging.getLogger("magnetar.broker.auth")
 
@@ -42,7 +42,7 @@ MAX_AUTH_DATA = 64 * 1024  # credentials larger than this are refused unread
 class ConnectionAuth:
     def __init__(
         self,
-        cnx: ServerCnx,
+        cnx: AnyConnection,
         service: AuthenticationService,
         refresh_seconds: float,
         clock: Callable[[], float] = time.time,

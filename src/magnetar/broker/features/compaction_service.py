@@ -28,7 +28,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from magnetar.broker.features.compaction import run_compaction
 from magnetar.protocol.pb import pb
@@ -36,7 +36,7 @@ from magnetar.storage.compacted_ledger import compacted_dir, delete_file, new_fi
 from magnetar.storage.metadata import NamespacePolicies
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.config.settings import Settings
     from magnetar.broker.topics.subscription import Subscription
     from magnetar.broker.topics.topic import Topic
     from magnetar.storage.compacted_ledger import CompactedLedger
@@ -81,10 +81,21 @@ class CompactionState:
         return {"status": "SUCCESS" if self.succeeded else "NOT_RUN", "lastError": ""}
 
 
+class CompactionHost(Protocol):
+    """What compaction needs of the broker service (BrokerService has it): its settings,
+    its loaded topics, and the hook that says a namespace's policies were written."""
+
+    @property
+    def config(self) -> Settings: ...
+    @property
+    def topics(self) -> dict[str, Topic]: ...
+    def _namespace_policies_written(self, tenant: str, namespace: str) -> None: ...
+
+
 class CompactionService:
     """The broker's compactions and compaction thresholds. Loop thread only."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: CompactionHost) -> None:
         config = service.config
         self._service = service
         self.default_threshold = config.broker_service_compaction_threshold_in_bytes

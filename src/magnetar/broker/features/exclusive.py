@@ -17,7 +17,7 @@ from magnetar.broker.topics.producer import (
 from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.topics.topic import Topic
+    from magnetar.broker.topics.view import TopicWithProducers
 
 log = logging.getLogger("magnetar.broker.exclusive")
 
@@ -31,10 +31,10 @@ class ProducerRefused(Exception):
 class ProducerAccess:
     """Decides whether a producer may attach, and keeps the topic epoch."""
 
-    def __init__(self, topic: Topic) -> None:
+    def __init__(self, topic: TopicWithProducers) -> None:
         # Weak: the topic owns this object, and a strong reference back would make
         # every unloaded topic cyclic garbage for the next full collection.
-        self.topic: Topic = weakref.proxy(topic)
+        self.topic: TopicWithProducers = weakref.proxy(topic)
         self.holder: Producer | None = None
         # WaitForExclusive producers in arrival order; a list, as there are few (a
         # deque's first block would cost ~600 bytes on every loaded topic)

@@ -23,7 +23,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from magnetar.broker.observability.metrics import RoundTrips
 from magnetar.protocol.fastpath import encode_request_receipt
@@ -31,13 +31,30 @@ from magnetar.protocol.frames import parse_metadata, parse_payload
 from magnetar.protocol.request_reply import request_properties
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.config.settings import Settings
     from magnetar.broker.topics.consumer import Consumer
     from magnetar.broker.topics.producer import Producer
     from magnetar.broker.topics.topic import Topic
     from magnetar.protocol.pb import pb
 
 log = logging.getLogger("magnetar.broker.rpc")
+
+
+class _ReplyCounters(Protocol):
+    def reply_held(self) -> None: ...
+    def reply_dropped(self, reason: str) -> None: ...
+
+
+class ReplyService(Protocol):
+    """What the router needs of the broker service (BrokerService has it): its settings,
+    its clock (read at each use: tests replace it) and the reply counters of its metrics."""
+
+    @property
+    def config(self) -> Settings: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def metrics(self) -> _ReplyCounters: ...
 
 # Requests already answered, so a second reply to one of them is refused.
 _REPLIED_MEMORY = 100_000
@@ -61,7 +78,7 @@ class _Reply:
 
 
 class ReplyRouter:
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: ReplyService) -> None:
         self.service = service
         config = service.config
         self.hold_seconds = config.rpc_reply_hold_seconds

@@ -34,7 +34,7 @@ from magnetar.broker.topics.disk_topics import DiskTopics
 from magnetar.storage.write_latency import BUCKETS as WRITE_LATENCY_BUCKETS
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.observability.source import MetricsSource
     from magnetar.broker.topics.topic import Topic
 
 
@@ -288,7 +288,7 @@ class _SnapshotOrLive(Collector):
 class _BrokerCollector(Collector):
     """The broker-wide series: a handful of numbers, cheap at any topic count."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: MetricsSource) -> None:
         self.service = service
 
     def collect(self) -> Iterator[Metric]:
@@ -370,7 +370,7 @@ def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily
 
 
 class BrokerMetrics:
-    def __init__(self, service: BrokerService,
+    def __init__(self, service: MetricsSource,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
         self.disk_topics = DiskTopics(lambda: service.store, clock=clock)

@@ -15,7 +15,7 @@ from magnetar.storage.metadata import NamespacePolicies
 
 if TYPE_CHECKING:
     from magnetar.broker.config import BrokerConfig
-    from magnetar.broker.topics.topic import Topic
+    from magnetar.broker.topics.view import TopicView
 
 # Pulsar's field name, in its namespace Policies and its TopicPolicies alike.
 POLICY_NAME = "deduplicationEnabled"
@@ -74,15 +74,15 @@ class DedupPolicies:
             self._on_namespace_written(tenant, namespace)
 
     @staticmethod
-    def topic_policy(topic: Topic) -> bool | None:
+    def topic_policy(topic: TopicView) -> bool | None:
         return _parse(topic.metadata.policies.get(POLICY_NAME))
 
     @staticmethod
-    def set_topic_policy(topic: Topic, enabled: bool | None) -> None:
+    def set_topic_policy(topic: TopicView, enabled: bool | None) -> None:
         """Set (None: remove) the topic's switch, persisted in its metadata."""
         topic.metadata.set_policy(POLICY_NAME, enabled)
 
-    def applied(self, topic: Topic) -> bool:
+    def applied(self, topic: TopicView) -> bool:
         """The switch in force: the topic's, else its namespace's, else the broker's."""
         own = self.topic_policy(topic)
         if own is not None:
@@ -91,7 +91,7 @@ class DedupPolicies:
         namespace = self.namespace_policy(name.tenant, name.namespace)
         return namespace if namespace is not None else self.default
 
-    def enabled_for(self, topic: Topic) -> bool:
+    def enabled_for(self, topic: TopicView) -> bool:
         return topic.topic_name.persistent and self.applied(topic)
 
 

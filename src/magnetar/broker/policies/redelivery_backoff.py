@@ -26,7 +26,7 @@ from magnetar.storage.metadata import NamespacePolicies
 
 if TYPE_CHECKING:
     from magnetar.broker.config import BrokerConfig
-    from magnetar.broker.topics.topic import Topic
+    from magnetar.broker.topics.view import TopicView
 
 # The policy's name in the admin REST paths and in the files that keep policies.
 POLICY_NAME = "redeliveryBackoff"
@@ -170,18 +170,18 @@ class BackoffPolicies:
     # ------------------------------------------------------------ topics
 
     @staticmethod
-    def topic_policy(topic: Topic) -> RedeliveryBackoffPolicy | None:
+    def topic_policy(topic: TopicView) -> RedeliveryBackoffPolicy | None:
         """The topic's own policy, if it has one."""
         return _parse(topic.metadata.policies.get(POLICY_NAME))
 
     @staticmethod
-    def set_topic_policy(topic: Topic, policy: RedeliveryBackoffPolicy | None) -> None:
+    def set_topic_policy(topic: TopicView, policy: RedeliveryBackoffPolicy | None) -> None:
         """Set (None: remove) the topic's policy, persisted in its metadata."""
         topic.metadata.set_policy(POLICY_NAME, None if policy is None else policy.to_json())
 
     # ------------------------------------------------------------ in force
 
-    def applied(self, topic: Topic) -> RedeliveryBackoffPolicy:
+    def applied(self, topic: TopicView) -> RedeliveryBackoffPolicy:
         """The policy in force on ``topic``: its own, else its namespace's, else the
         broker's (which may be off)."""
         own = self.topic_policy(topic)
@@ -191,7 +191,7 @@ class BackoffPolicies:
         namespace = self.namespace_policy(name.tenant, name.namespace)
         return namespace if namespace is not None else self.default
 
-    def effective(self, topic: Topic) -> RedeliveryBackoffPolicy | None:
+    def effective(self, topic: TopicView) -> RedeliveryBackoffPolicy | None:
         """The policy to hold ``topic``'s redeliveries by; None when it is off."""
         policy = self.applied(topic)
         return policy if policy.enabled else None

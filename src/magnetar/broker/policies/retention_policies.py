@@ -26,7 +26,7 @@ from magnetar.storage.metadata import NamespacePolicies
 
 if TYPE_CHECKING:
     from magnetar.broker.config import BrokerConfig
-    from magnetar.broker.topics.topic import Topic
+    from magnetar.broker.topics.view import TopicView
 
 # The policies' keys in the files (their REST names, as the other policies use).
 RETENTION = "retention"
@@ -298,32 +298,32 @@ class RetentionPolicyStore:
     # ------------------------------------------------------------ topics
 
     @staticmethod
-    def _topic(topic: Topic) -> _Level:
+    def _topic(topic: TopicView) -> _Level:
         return _level(topic.metadata.policies)
 
-    def topic_retention(self, topic: Topic) -> Retention | None:
+    def topic_retention(self, topic: TopicView) -> Retention | None:
         return self._topic(topic).retention
 
-    def topic_ttl(self, topic: Topic) -> int | None:
+    def topic_ttl(self, topic: TopicView) -> int | None:
         return self._topic(topic).ttl
 
-    def topic_quotas(self, topic: Topic) -> dict[str, BacklogQuota]:
+    def topic_quotas(self, topic: TopicView) -> dict[str, BacklogQuota]:
         return dict(self._topic(topic).quotas)
 
-    def set_topic_retention(self, topic: Topic, retention: Retention | None) -> None:
+    def set_topic_retention(self, topic: TopicView, retention: Retention | None) -> None:
         _write_topic(topic, RETENTION, None if retention is None else retention.to_json())
 
-    def set_topic_ttl(self, topic: Topic, ttl: int | None) -> None:
+    def set_topic_ttl(self, topic: TopicView, ttl: int | None) -> None:
         _write_topic(topic, MESSAGE_TTL, ttl)
 
-    def set_topic_quota(self, topic: Topic, kind: str, quota: BacklogQuota | None) -> None:
+    def set_topic_quota(self, topic: TopicView, kind: str, quota: BacklogQuota | None) -> None:
         quotas = self.topic_quotas(topic)
         _put(quotas, kind, quota)
         _write_topic(topic, BACKLOG_QUOTAS, _quotas_json(quotas))
 
     # ------------------------------------------------------------ in force
 
-    def retention(self, topic: Topic) -> Retention:
+    def retention(self, topic: TopicView) -> Retention:
         """The retention in force: the topic's, else its namespace's, else the broker's."""
         own = self.topic_retention(topic)
         if own is not None:
@@ -332,7 +332,7 @@ class RetentionPolicyStore:
         namespace = self.namespace_retention(name.tenant, name.namespace)
         return namespace if namespace is not None else self.default_retention
 
-    def ttl(self, topic: Topic) -> int:
+    def ttl(self, topic: TopicView) -> int:
         """The message TTL in force, in seconds (0: off)."""
         own = self.topic_ttl(topic)
         if own is not None:
@@ -341,7 +341,7 @@ class RetentionPolicyStore:
         namespace = self.namespace_ttl(name.tenant, name.namespace)
         return namespace if namespace is not None else self.default_ttl
 
-    def quota(self, topic: Topic, kind: str) -> BacklogQuota:
+    def quota(self, topic: TopicView, kind: str) -> BacklogQuota:
         """The backlog quota of type ``kind`` in force."""
         own = self._topic(topic).quota(kind)
         if own is not None:
@@ -350,7 +350,7 @@ class RetentionPolicyStore:
         namespace = self._namespace(name.tenant, name.namespace).quota(kind)
         return namespace if namespace is not None else self.default_quota
 
-    def applied_quotas(self, topic: Topic) -> dict[str, BacklogQuota]:
+    def applied_quotas(self, topic: TopicView) -> dict[str, BacklogQuota]:
         """Pulsar's applied backlogQuotaMap: the topic's map if it has one, else its
         namespace's, else the broker's default for every type."""
         own = self.topic_quotas(topic)
@@ -376,6 +376,6 @@ def _quotas_json(quotas: dict[str, BacklogQuota]) -> dict[str, Any] | None:
     return {kind: quota.to_json() for kind, quota in quotas.items()}
 
 
-def _write_topic(topic: Topic, key: str, value: object) -> None:
+def _write_topic(topic: TopicView, key: str, value: object) -> None:
     """Set (None: remove) one of the topic's policies, persisted in its metadata."""
     topic.metadata.set_policy(key, value)

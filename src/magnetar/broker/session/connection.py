@@ -49,7 +49,8 @@ from magnetar.protocol.frames import Frame, FrameDecoder, encode_command, max_fr
 from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.auth.authorization import AuthorizationService
+    from magnetar.broker.session.context import SessionService
     from magnetar.broker.topics.topic import Topic
 
 log = logging.getLogger("magnetar.broker.connection")
@@ -77,11 +78,13 @@ __all__ = ["CommandError", "ServerCnx"]
 
 
 class ServerCnx(asyncio.Protocol):
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: SessionService[ServerCnx]) -> None:
         self.service = service
         self.loop = service.loop
         self.id = next(_connection_ids)
-        config = service.config
+        config = self.config = service.config
+        # None: authorization off
+        self.authorization: AuthorizationService | None = service.authorization
         # Until CONNECT completes, the peer is a stranger: a small frame limit, and its
         # partial frame counted in the broker's budget for strangers (_unproven bytes).
         self._frame_limit = max_frame_size(config.max_message_size)
@@ -158,7 +161,7 @@ class ServerCnx(asyncio.Protocol):
         self._last_seen = self.loop.time()
         self.service.connection_opened(self)
         self._arm_keepalive()
-        connect_timeout = self.service.config.connect_timeout
+        connect_timeout = self.config.connect_timeout
         if connect_timeout > 0:
             self._connect_timer = self.loop.call_later(connect_timeout, self._connect_expired)
 
@@ -362,7 +365,7 @@ class ServerCnx(asyncio.Protocol):
         self._connect_timer = None
         if self.alive and not self.connected:
             self._drop(
-                f"no CONNECT within {self.service.config.connect_timeout:g}s (connect_timeout)",
+                f"no CONNECT within {self.config.connect_timeout:g}s (connect_timeout)",
                 pb.ServiceNotReady,
             )
 
@@ -556,14 +559,14 @@ class ServerCnx(asyncio.Protocol):
     # ------------------------------------------------------------ keepalive
 
     def _arm_keepalive(self) -> None:
-        interval = self.service.config.keepalive_interval
+        interval = self.config.keepalive_interval
         if interval > 0:
             self._keepalive = self.loop.call_later(interval, self._check_keepalive)
 
     def _check_keepalive(self) -> None:
         if not self.alive:
             return
-        interval = self.service.config.keepalive_interval
+        interval = self.config.keepalive_interval
         if self.read_paused & (PAUSED_PENDING | PAUSED_BUFFER):
             # The broker holds its input back: its silence is the broker's doing.
             self._last_seen = self.loop.time()
@@ -606,7 +609,7 @@ class ServerCnx(asyncio.Protocol):
         if self._liveness_timer is None:
             self.write_command(BaseCommand(type=T.PING, ping=pb.CommandPing()))
             self._liveness_timer = self.loop.call_later(
-                self.service.config.connection_liveness_check_timeout, self._liveness_expired
+                self.config.connection_liveness_check_timeout, self._liveness_expired
             )
 
     def _liveness_expired(self) -> None:
@@ -647,7 +650,7 @@ class ServerCnx(asyncio.Protocol):
             # Commands before CONNECTED are refused while the credentials are checked.
             self.supports_auth_refresh = connect.feature_flags.supports_auth_refresh
             self.auth = ConnectionAuth(
-                self, authentication, self.service.config.authentication_refresh_check_seconds
+                self, authentication, self.config.authentication_refresh_check_seconds
             )
             self.auth.start(connect, lambda: self._complete_connect(connect))
             return
@@ -684,7 +687,7 @@ class ServerCnx(asyncio.Protocol):
                 connected=pb.CommandConnected(
                     server_version=f"magnetar/{__version__}",
                     protocol_version=self.protocol_version,
-                    max_message_size=self.service.config.max_message_size,
+                    max_message_size=self.config.max_message_size,
                     feature_flags=pb.FeatureFlags(supports_request_reply=True),
                 ),
             )

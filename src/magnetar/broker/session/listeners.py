@@ -14,11 +14,8 @@ from __future__ import annotations
 import functools
 import ipaddress
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import urlsplit
-
-if TYPE_CHECKING:
-    from magnetar.broker.config import BrokerConfig
 
 _FIELDS = {"pulsar": "broker_url", "pulsar+ssl": "broker_url_tls",
            "http": "http_url", "https": "http_url_tls"}
@@ -82,7 +79,20 @@ def _parsed(text: str) -> dict[str, Listener]:
     return parse_listeners(text)  # checked by BrokerConfig.validate() already
 
 
-def select(config: BrokerConfig, name: str | None) -> Listener:
+class ListenerSettings(Protocol):
+    """What choosing a listener reads of the broker's settings (BrokerConfig has it)."""
+
+    @property
+    def advertised_listeners(self) -> str | None: ...
+    @property
+    def internal_listener_name(self) -> str | None: ...
+    @property
+    def service_url(self) -> str: ...
+    @property
+    def service_url_tls(self) -> str | None: ...
+
+
+def select(config: ListenerSettings, name: str | None) -> Listener:
     """The addresses a lookup naming listener ``name`` (None or blank: none, as
     Pulsar reads it) gets; ListenerNotFound if the broker has no such listener."""
     if name is not None and not name.strip():

@@ -15,25 +15,63 @@ ignored (the batch comes again whole, as before), and so is what an earlier run 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.storage.batch_ack_sets import bits_from_words, words_from_bits
 
 if TYPE_CHECKING:
-    from magnetar.broker.session.connection import ServerCnx
-    from magnetar.broker.topics.consumer import Consumer
-    from magnetar.broker.topics.subscription import Subscription
-    from magnetar.broker.topics.topic import Topic
+    from magnetar.broker.session.peer import AnyConnection
+    from magnetar.broker.topics.entry_info import EntryInfo
+    from magnetar.storage.batch_ack_sets import BatchAckSets
+
+
+# What these functions read of a topic, a subscription and a consumer (Topic,
+# Subscription and Consumer have it): Protocols, so that this module, which dispatch
+# and the consumer use, imports none of them.
+class _Entries(Protocol):
+    @property
+    def last_visible_entry_id(self) -> int: ...
+    def exact_entry_id(self, ledger_id: int, entry_id: int) -> int | None: ...
+    def entry_info(self, entry_id: int) -> EntryInfo: ...
+
+
+class _AckedCursor(Protocol):
+    def is_acked(self, entry_id: int) -> bool: ...
+
+
+class _Connected(Protocol):
+    @property
+    def cnx(self) -> AnyConnection: ...
+
+
+ConsumerT = TypeVar("ConsumerT", contravariant=True)
+
+
+class _PartlyAcked(Protocol):
+    @property
+    def batch_acks(self) -> BatchAckSets: ...
+
+
+class _Subscription(_PartlyAcked, Protocol[ConsumerT]):
+    @property
+    def cursor(self) -> _AckedCursor: ...
+    @property
+    def topic(self) -> _Entries: ...
+    def ack_individual(self, consumer: ConsumerT, entry_ids: list[int]) -> None: ...
+
+
+C = TypeVar("C")
+
 
 _TWO_U32 = struct.Struct(">II")
 
 
-def enabled(cnx: ServerCnx) -> bool:
-    return bool(cnx.service.config.acknowledgment_at_batch_index_level_enabled)
+def enabled(cnx: AnyConnection) -> bool:
+    return bool(cnx.config.acknowledgment_at_batch_index_level_enabled)
 
 
-def partial_acks(topic: Topic, ack: pb.CommandAck) -> list[tuple[int, int]]:
+def partial_acks(topic: _Entries, ack: pb.CommandAck) -> list[tuple[int, int]]:
     """(entry id, its messages left unacked) for each message id of ``ack`` that acks
     part of a stored batch; ids of nothing stored (or not yet visible) are ignored, as
     the whole-entry acks beside them are."""
@@ -52,7 +90,7 @@ def partial_acks(topic: Topic, ack: pb.CommandAck) -> list[tuple[int, int]]:
 
 
 def apply_partial_acks(
-    sub: Subscription, consumer: Consumer, partial: list[tuple[int, int]]
+    sub: _Subscription[C], consumer: C, partial: list[tuple[int, int]]
 ) -> None:
     """Keep what each partial ack leaves unacked; an entry left with nothing is acked."""
     cursor = sub.cursor
@@ -68,7 +106,7 @@ def apply_partial_acks(
         sub.ack_individual(consumer, done)
 
 
-def unacked_part(sub: Subscription, consumer: Consumer, entry_id: int,
+def unacked_part(sub: _PartlyAcked, consumer: _Connected, entry_id: int,
                  num_messages: int) -> tuple[int, list[int] | None]:
     """For dispatch: how many messages of the entry go out, and the ``ack_set`` its
     MESSAGE carries (None: the whole entry, no ``ack_set``)."""

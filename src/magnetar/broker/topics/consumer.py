@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.topics.batch_acks import encode_message_frame_with_ack_set
 from magnetar.protocol.fastpath import encode_message_frame
 
 if TYPE_CHECKING:
-    from magnetar.broker.session.connection import ServerCnx
+    from magnetar.broker.session.peer import ClientConnection
     from magnetar.broker.topics.subscription import Subscription
 
 
 @dataclass(eq=False)
 class Consumer:
-    cnx: ServerCnx
+    cnx: ClientConnection[Any, Consumer]
     consumer_id: int
     name: str
     subscription: Subscription

@@ -159,7 +159,7 @@ def _byte_budget(sub: Subscription) -> int:
     consumers = sub.dispatcher.consumers
     if not consumers:
         return DEFAULT_MAX_BYTES_PER_ROUND
-    limit = consumers[0].cnx.service.config.dispatch_max_bytes_per_round
+    limit = consumers[0].cnx.config.dispatch_max_bytes_per_round
     return limit if limit > 0 else sys.maxsize
 
 

@@ -10,13 +10,28 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Generic, Protocol, TypeVar
 
 from magnetar.protocol.murmur3 import KEY_SHARED_HASH_RANGE, murmur3_32
 from magnetar.protocol.pb import pb
 
-if TYPE_CHECKING:
-    from magnetar.broker.topics.consumer import Consumer
+
+class Receiver(Protocol):
+    """What a dispatcher reads of a consumer (topics.Consumer has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def consumer_id(self) -> int: ...
+    @property
+    def priority_level(self) -> int: ...
+    @property
+    def hash_ranges(self) -> list[tuple[int, int]] | None: ...
+    def can_receive(self, max_unacked: int) -> bool: ...
+
+
+# The consumer type a dispatcher hands out: a parameter, so this module imports none.
+Consumer = TypeVar("Consumer", bound=Receiver)
 
 SubType = pb.CommandSubscribe.SubType
 SUB_TYPE_NAMES: dict[int, str] = {
@@ -27,7 +42,7 @@ SUB_TYPE_NAMES: dict[int, str] = {
 }
 
 
-class Dispatcher:
+class Dispatcher(Generic[Consumer]):
     """Base strategy. ``ordered`` dispatchers never deliver past an entry they refused."""
 
     ordered = True
@@ -66,7 +81,7 @@ class Dispatcher:
         pass
 
 
-class SingleActiveDispatcher(Dispatcher):
+class SingleActiveDispatcher(Dispatcher[Consumer]):
     """Exclusive and Failover: one active consumer, chosen by priority then name."""
 
     def __init__(self, max_unacked: int, partition_index: int = -1) -> None:
@@ -90,7 +105,7 @@ class SingleActiveDispatcher(Dispatcher):
         return None
 
 
-class SharedDispatcher(Dispatcher):
+class SharedDispatcher(Dispatcher[Consumer]):
     """Round robin over consumers that have permits."""
 
     ordered = False
@@ -110,7 +125,7 @@ class SharedDispatcher(Dispatcher):
         return None
 
 
-class KeySharedDispatcher(Dispatcher):
+class KeySharedDispatcher(Dispatcher[Consumer]):
     """Each key hash belongs to one consumer: a consistent-hash ring (AUTO_SPLIT) or
     the ranges a consumer declared (STICKY)."""
 
@@ -200,7 +215,7 @@ class KeySharedDispatcher(Dispatcher):
         return None
 
 
-def make_dispatcher(sub_type: int, max_unacked: int, partition_index: int) -> Dispatcher:
+def make_dispatcher(sub_type: int, max_unacked: int, partition_index: int) -> Dispatcher[Any]:
     if sub_type == SubType.Shared:
         return SharedDispatcher(max_unacked)
     if sub_type == SubType.Key_Shared:

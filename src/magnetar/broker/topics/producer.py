@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.session.connection import ServerCnx
+    from magnetar.broker.session.peer import ClientConnection
 
 SHARED = pb.Shared
 EXCLUSIVE = pb.Exclusive
@@ -25,7 +25,7 @@ ACCESS_MODE_NAMES: dict[int, str] = {
 
 @dataclass(eq=False)
 class Producer:
-    cnx: ServerCnx
+    cnx: ClientConnection[Producer, Any]
     producer_id: int
     name: str
     topic_name: str

@@ -25,6 +25,7 @@ from magnetar.broker.topics.delayed import DelayedDeliveryTracker
 from magnetar.broker.topics.dispatch_round import dispatch_round
 from magnetar.broker.topics.dispatchers import (
     SUB_TYPE_NAMES,
+    Dispatcher,
     KeySharedDispatcher,
     SingleActiveDispatcher,
     SubType,
@@ -78,7 +79,9 @@ class Subscription:
         self.cursor = cursor
         self.durable = durable
         self.clock_ms = clock_ms
-        self.dispatcher = make_dispatcher(sub_type, max_unacked, topic.partition_index)
+        self.dispatcher: Dispatcher[Consumer] = make_dispatcher(
+            sub_type, max_unacked, topic.partition_index
+        )
         self.read_position = cursor.mark_delete + 1
         self.replay: set[int] = set()
         self.pending: dict[int, Consumer] = {}

@@ -16,7 +16,7 @@ from magnetar.protocol.fastpath import encode_ack_response
 from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.session.connection import ServerCnx
+    from magnetar.broker.session.context import Session
     from magnetar.broker.topics.consumer import Consumer
     from magnetar.broker.topics.subscription import Subscription
     from magnetar.protocol.frames import Frame
@@ -30,7 +30,7 @@ class AckRefused(Exception):
     """The ack is invalid as a whole: nothing of it is applied, no reply it carries is sent."""
 
 
-def handle_ack(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_ack(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     ack = command.ack
     consumer = cnx.consumers.get(ack.consumer_id)
     if consumer is None:
@@ -66,7 +66,7 @@ def handle_ack(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
 
 
 def _apply_later(
-    cnx: ServerCnx, consumer: Consumer, ack: pb.CommandAck, entry_ids: list[int]
+    cnx: Session, consumer: Consumer, ack: pb.CommandAck, entry_ids: list[int]
 ) -> None:
     """The ack of a reply, applied once the reply is over (maybe much later)."""
     sub = consumer.subscription
@@ -75,7 +75,7 @@ def _apply_later(
     _apply(cnx, consumer, ack, entry_ids)
 
 
-def _apply(cnx: ServerCnx, consumer: Consumer, ack: pb.CommandAck, entry_ids: list[int]) -> None:
+def _apply(cnx: Session, consumer: Consumer, ack: pb.CommandAck, entry_ids: list[int]) -> None:
     sub = consumer.subscription
     if ack.ack_type == pb.CommandAck.Cumulative:
         if entry_ids[0] >= 0:
@@ -118,7 +118,7 @@ def _entries_to_ack(sub: Subscription, ack: pb.CommandAck) -> list[int]:
 
 
 def _refuse(
-    cnx: ServerCnx, ack: pb.CommandAck, message: str, error: int = pb.NotAllowedError
+    cnx: Session, ack: pb.CommandAck, message: str, error: int = pb.NotAllowedError
 ) -> None:
     """Answer on the ack's request id. An ack without one is answered only if it carried
     a reply (Pulsar ignores bad fire-and-forget acks): on ACK_RESPONSE for its consumer,
@@ -128,7 +128,7 @@ def _refuse(
 
 
 def ack_response(
-    cnx: ServerCnx, ack: pb.CommandAck, error: int | None, message: str | None
+    cnx: Session, ack: pb.CommandAck, error: int | None, message: str | None
 ) -> None:
     if error is None:
         cnx.write(encode_ack_response(ack.consumer_id, ack.request_id))

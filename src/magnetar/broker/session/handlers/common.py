@@ -11,7 +11,7 @@ from magnetar.broker.topics.topic import TopicUnavailable
 from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.session.connection import ServerCnx
+    from magnetar.broker.session.context import Session
     from magnetar.broker.topics.topic import Topic
 
 
@@ -31,7 +31,7 @@ class TopicLoading(Exception):
         self.future = future
 
 
-def get_topic(cnx: ServerCnx, name: TopicName, create: bool) -> Topic:
+def get_topic(cnx: Session, name: TopicName, create: bool) -> Topic:
     """The loaded topic; raises TopicLoading while it loads, CommandError if it cannot."""
     topic = cnx.service.topics.get(str(name))
     if topic is not None:

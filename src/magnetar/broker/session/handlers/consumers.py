@@ -21,7 +21,7 @@ from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.session.connection import ServerCnx
+    from magnetar.broker.session.context import Session
     from magnetar.broker.topics.topic import Topic
     from magnetar.protocol.frames import Frame
 
@@ -30,7 +30,7 @@ log = logging.getLogger("magnetar.broker.connection")
 T = BaseCommand.Type
 
 
-def handle_subscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_subscribe(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.subscribe
     if request.consumer_id in cnx.consumers:
         existing = cnx.consumers[request.consumer_id]
@@ -124,7 +124,7 @@ def _active(topic: Topic) -> bool:
     return topic.ledger.next_entry_id > topic.ledger.first_entry_id
 
 
-def open_consumer(cnx: ServerCnx, consumer_id: int) -> Consumer:
+def open_consumer(cnx: Session, consumer_id: int) -> Consumer:
     consumer = cnx.consumers.get(consumer_id)
     if consumer is None:
         raise CommandError(
@@ -133,7 +133,7 @@ def open_consumer(cnx: ServerCnx, consumer_id: int) -> Consumer:
     return consumer
 
 
-def handle_flow(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_flow(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     flow = command.flow
     consumer = cnx.consumers.get(flow.consumer_id)
     if consumer is None:
@@ -142,7 +142,7 @@ def handle_flow(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     consumer.subscription.on_flow(consumer, flow.messagePermits)
 
 
-def handle_redeliver(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_redeliver(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.redeliverUnacknowledgedMessages
     consumer = cnx.consumers.get(request.consumer_id)
     if consumer is None:
@@ -165,7 +165,7 @@ def handle_redeliver(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None
         sub.redeliver(consumer, ids)
 
 
-def handle_unsubscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_unsubscribe(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.unsubscribe
     consumer = open_consumer(cnx, request.consumer_id)
     sub = consumer.subscription
@@ -184,7 +184,7 @@ def handle_unsubscribe(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> No
     cnx.write_success(request.request_id)
 
 
-def handle_close_consumer(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_close_consumer(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.close_consumer
     consumer = cnx.consumers.pop(request.consumer_id, None)
     if consumer is not None:
@@ -200,7 +200,7 @@ def detach_consumer(consumer: Consumer) -> None:
     sub.topic.maybe_drop_reader(sub)
 
 
-def write_close_consumer(cnx: ServerCnx, consumer_id: int) -> None:
+def write_close_consumer(cnx: Session, consumer_id: int) -> None:
     cnx.write_command(
         BaseCommand(
             type=T.CLOSE_CONSUMER,
@@ -209,7 +209,7 @@ def write_close_consumer(cnx: ServerCnx, consumer_id: int) -> None:
     )
 
 
-def handle_seek(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_seek(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.seek
     consumer = open_consumer(cnx, request.consumer_id)
     checks.require(cnx, consumer.subscription.topic.topic_name, CONSUME, "seek")
@@ -241,7 +241,7 @@ def handle_seek(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     cnx.write_success(request.request_id)
 
 
-def handle_get_last_message_id(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_get_last_message_id(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.getLastMessageId
     consumer = open_consumer(cnx, request.consumer_id)
     checks.require(cnx, consumer.subscription.topic.topic_name, CONSUME, "get the last message id")
@@ -262,7 +262,7 @@ def handle_get_last_message_id(cnx: ServerCnx, command: BaseCommand, frame: Fram
     )
 
 
-def handle_consumer_stats(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_consumer_stats(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.consumerStats
     consumer = cnx.consumers.get(request.consumer_id)
     response = pb.CommandConsumerStatsResponse(request_id=request.request_id)

@@ -11,13 +11,13 @@ from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.session.connection import ServerCnx
+    from magnetar.broker.session.context import Session
     from magnetar.protocol.frames import Frame
 
 T = BaseCommand.Type
 
 
-def handle_lookup(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_lookup(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     lookup = command.lookupTopic
     response = pb.CommandLookupTopicResponse(request_id=lookup.request_id)
     refused = lookup_refusal(cnx, lookup.topic, "Lookup")
@@ -30,7 +30,7 @@ def handle_lookup(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     try:
         name = TopicName.parse(lookup.topic)
         cnx.service.namespaces.check(name.namespace_name)
-        listener = select(cnx.service.config, lookup.advertised_listener_name)
+        listener = select(cnx.config, lookup.advertised_listener_name)
     except InvalidTopicName as exc:
         response.response = pb.CommandLookupTopicResponse.Failed
         response.error = pb.InvalidTopicName
@@ -62,7 +62,7 @@ def handle_lookup(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     cnx.write_command(BaseCommand(type=T.LOOKUP_RESPONSE, lookupTopicResponse=response))
 
 
-def handle_partitioned_metadata(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_partitioned_metadata(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.partitionMetadata
     response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
     refused = lookup_refusal(cnx, request.topic, "Get Partition Metadata")
@@ -94,7 +94,7 @@ def handle_partitioned_metadata(cnx: ServerCnx, command: BaseCommand, frame: Fra
     )
 
 
-def handle_get_topics(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_get_topics(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.getTopicsOfNamespace
     refused = list_topics_refusal(cnx, request.namespace)
     if refused is not None:

@@ -22,7 +22,7 @@ from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.protocol.request_reply import REQUEST_ROLE_PROPERTY, request_properties
 
 if TYPE_CHECKING:
-    from magnetar.broker.session.connection import ServerCnx
+    from magnetar.broker.session.context import Session
     from magnetar.broker.topics.topic import Topic
     from magnetar.protocol.frames import Frame
 
@@ -32,7 +32,7 @@ T = BaseCommand.Type
 
 
 def handle_producer(
-    cnx: ServerCnx, command: BaseCommand, frame: Frame, probed: bool = False
+    cnx: Session, command: BaseCommand, frame: Frame, probed: bool = False
 ) -> None:
     request = command.producer
     producer_id = request.producer_id
@@ -127,7 +127,7 @@ def _create_initial_subscription(topic: Topic, name: str) -> None:
 
 
 def _after_probe(
-    cnx: ServerCnx, command: BaseCommand, frame: Frame, other_alive: bool, name: str
+    cnx: Session, command: BaseCommand, frame: Frame, other_alive: bool, name: str
 ) -> None:
     if not cnx.alive:
         return
@@ -143,7 +143,7 @@ def _after_probe(
         cnx.write_error(command.producer.request_id, exc.error, str(exc))
 
 
-def write_producer_success(cnx: ServerCnx, producer: Producer, request_id: int) -> None:
+def write_producer_success(cnx: Session, producer: Producer, request_id: int) -> None:
     # Deduplication's highest sequence id of this name, so that the client goes on
     # from it (-1: none, or deduplication off), as Pulsar's Producer.getLastSequenceId.
     topic = cnx.service.topics.get(producer.topic_name)
@@ -160,7 +160,7 @@ def write_producer_success(cnx: ServerCnx, producer: Producer, request_id: int) 
     cnx.write_command(BaseCommand(type=T.PRODUCER_SUCCESS, producer_success=success))
 
 
-def write_close_producer(cnx: ServerCnx, producer_id: int) -> None:
+def write_close_producer(cnx: Session, producer_id: int) -> None:
     cnx.write_command(
         BaseCommand(
             type=T.CLOSE_PRODUCER,
@@ -169,7 +169,7 @@ def write_close_producer(cnx: ServerCnx, producer_id: int) -> None:
     )
 
 
-def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_send(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     send = command.send
     producer = cnx.producers.get(send.producer_id)
     if producer is None:
@@ -209,7 +209,7 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
     # The limit is on the payload, as clients apply it; metadata rides in the
     # frame's padding (chunks of a large message are exactly max size each), as long
     # as the MESSAGE frame a consumer gets stays within its frame limit.
-    max_size = cnx.service.config.max_message_size
+    max_size = cnx.config.max_message_size
     if len(section.payload) > max_size:
         send_error(
             cnx,
@@ -219,7 +219,7 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
             f"of {max_size} bytes",
         )
         return
-    refusal = batch_refusal(metadata, section.payload, cnx.service.config.max_messages_per_batch)
+    refusal = batch_refusal(metadata, section.payload, cnx.config.max_messages_per_batch)
     info = info_from_metadata(metadata)
     if refusal is None:
         refusal = oversize_refusal(len(body), info.num_messages, max_size)
@@ -281,7 +281,7 @@ def handle_send(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
 
 
 def _answer_resent_request(
-    cnx: ServerCnx, send: pb.CommandSend, topic: Topic, producer: Producer
+    cnx: Session, send: pb.CommandSend, topic: Topic, producer: Producer
 ) -> bool:
     """PIP-371: a request stored already (its receipt was lost, the client sent it again
     after reconnecting) is answered with its first copy's id, not stored twice; one
@@ -308,7 +308,7 @@ def _answer_resent_request(
 
 
 def _stamp_requester(
-    cnx: ServerCnx, section: PayloadSection, metadata: pb.MessageMetadata
+    cnx: Session, section: PayloadSection, metadata: pb.MessageMetadata
 ) -> bytes:
     """The entry to store for a request: with authentication on, stamped with the role
     that publishes it (a reply goes only to that role's producer); a producer's own
@@ -316,7 +316,7 @@ def _stamp_requester(
     kept = [kv for kv in metadata.properties if kv.key != REQUEST_ROLE_PROPERTY]
     del metadata.properties[:]
     metadata.properties.extend(kept)
-    role = cnx.role if cnx.service.config.authentication_enabled else None
+    role = cnx.role if cnx.config.authentication_enabled else None
     if role is not None:
         metadata.properties.add(key=REQUEST_ROLE_PROPERTY, value=role)
     return build_entry(metadata.SerializeToString(), section.payload)
@@ -326,7 +326,7 @@ _DUPLICATE_ID = message_id_bytes(-1, -1, -1)
 
 
 def _answer_duplicate(
-    cnx: ServerCnx, send: pb.CommandSend, stored: bool, topic: str, producer: str
+    cnx: Session, send: pb.CommandSend, stored: bool, topic: str, producer: str
 ) -> None:
     """Pulsar's answers to a duplicate: one already stored gets a receipt for message
     id -1:-1 at once, and nothing is stored again; one whose first copy is still being
@@ -348,7 +348,7 @@ def _answer_duplicate(
     )
 
 
-def send_error(cnx: ServerCnx, send: pb.CommandSend, error: int, message: str) -> None:
+def send_error(cnx: Session, send: pb.CommandSend, error: int, message: str) -> None:
     log.info("send error to %s: %s", cnx.remote_address, message)
     cnx.write_command(
         BaseCommand(
@@ -363,7 +363,7 @@ def send_error(cnx: ServerCnx, send: pb.CommandSend, error: int, message: str) -
     )
 
 
-def handle_close_producer(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_close_producer(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.close_producer
     producer = cnx.producers.pop(request.producer_id, None)
     if producer is not None:
@@ -371,7 +371,7 @@ def handle_close_producer(cnx: ServerCnx, command: BaseCommand, frame: Frame) ->
     cnx.write_success(request.request_id)
 
 
-def detach_producer(cnx: ServerCnx, producer: Producer, explicit: bool = False) -> None:
+def detach_producer(cnx: Session, producer: Producer, explicit: bool = False) -> None:
     # Receipts that may never come (a failed ledger drops them) must not hold the
     # connection's or the broker's publish limits.
     cnx.release_publishes(producer)

@@ -19,14 +19,14 @@ from magnetar.broker.session.handlers.errors import CommandError
 from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.session.connection import ServerCnx
+    from magnetar.broker.session.context import Session
     from magnetar.broker.topics.topic import Topic
     from magnetar.protocol.frames import Frame
 
 T = BaseCommand.Type
 
 
-def handle_get_schema(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_get_schema(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.getSchema
     response = pb.CommandGetSchemaResponse(request_id=request.request_id)
     try:
@@ -48,7 +48,7 @@ def handle_get_schema(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> Non
     cnx.write_command(BaseCommand(type=T.GET_SCHEMA_RESPONSE, getSchemaResponse=response))
 
 
-def handle_get_or_create_schema(cnx: ServerCnx, command: BaseCommand, frame: Frame) -> None:
+def handle_get_or_create_schema(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.getOrCreateSchema
     response = pb.CommandGetOrCreateSchemaResponse(request_id=request.request_id)
     try:
@@ -68,7 +68,7 @@ def handle_get_or_create_schema(cnx: ServerCnx, command: BaseCommand, frame: Fra
     )
 
 
-def _existing_topic(cnx: ServerCnx, topic: str, what: str, action: str | None = None) -> Topic:
+def _existing_topic(cnx: Session, topic: str, what: str, action: str | None = None) -> Topic:
     """The topic named ``topic`` if the role may do ``what`` on it (``action``, or a
     lookup's permission for None) and it exists; CommandError says why not.
     TopicLoading (not caught here) has the command handled again once it is loaded."""
