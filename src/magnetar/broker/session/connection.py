@@ -36,12 +36,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from magnetar import __version__
 from magnetar.broker.auth.session import ConnectionAuth
-from magnetar.broker.session.client_quirks import understands_end_of_topic
 from magnetar.broker.session.handlers import acks, consumers, lookup, producers, schemas
 from magnetar.broker.session.handlers.common import TopicLoading, command_error
 from magnetar.broker.session.handlers.errors import CommandError, request_id_of
+from magnetar.broker.session.handshake import Handshake
+from magnetar.broker.session.keepalive import Keepalive
+from magnetar.broker.session.notices import ClientNotices
+from magnetar.broker.session.pauses import PAUSED_BUFFER, PAUSED_PENDING, PAUSED_TURN, PAUSED_WRITE
 from magnetar.broker.topics.consumer import Consumer
 from magnetar.broker.topics.producer import Producer
 from magnetar.protocol.errors import FrameTooLarge, ProtocolError
@@ -55,15 +57,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("magnetar.broker.connection")
 
-MAX_PROTOCOL_VERSION = 21
 T = BaseCommand.Type
 _connection_ids = itertools.count(1)
-
-# Why the broker is not reading a connection (bits of ServerCnx.read_paused).
-PAUSED_PENDING = 1  # max_pending_publish_requests_per_connection messages unreceipted
-PAUSED_BUFFER = 2  # the broker-wide publish buffer is over max_message_publish_buffer_bytes
-PAUSED_WRITE = 4  # its write buffer is over the high-water mark (the peer does not read)
-PAUSED_TURN = 8  # one read's frames took a loop turn's share; the rest wait for the next turn
 
 # A read can hold thousands of frames (1 MB of small SENDs); handling them all in one
 # callback would stall every other connection, so a turn stops after this long and the
@@ -74,10 +69,10 @@ _FRAMES_PER_CLOCK = 32
 
 Handler = Callable[["ServerCnx", BaseCommand, Frame], None]
 
-__all__ = ["CommandError", "ServerCnx"]
+__all__ = ["PAUSED_WRITE", "CommandError", "ServerCnx"]
 
 
-class ServerCnx(asyncio.Protocol):
+class ServerCnx(Handshake, Keepalive, ClientNotices, asyncio.Protocol):
     def __init__(self, service: SessionService[ServerCnx]) -> None:
         self.service = service
         self.loop = service.loop
@@ -555,183 +550,6 @@ class ServerCnx(asyncio.Protocol):
         self._release_everything()
         if self.transport is not None:
             self.transport.abort()
-
-    # ------------------------------------------------------------ keepalive
-
-    def _arm_keepalive(self) -> None:
-        interval = self.config.keepalive_interval
-        if interval > 0:
-            self._keepalive = self.loop.call_later(interval, self._check_keepalive)
-
-    def _check_keepalive(self) -> None:
-        if not self.alive:
-            return
-        interval = self.config.keepalive_interval
-        if self.read_paused & (PAUSED_PENDING | PAUSED_BUFFER):
-            # The broker holds its input back: its silence is the broker's doing.
-            self._last_seen = self.loop.time()
-        idle = self.loop.time() - self._last_seen
-        if self._ping_outstanding and idle >= 2 * interval:
-            why = (
-                "it has read nothing of what the broker sent"
-                if self.read_paused & PAUSED_WRITE
-                else "no answer to ping"
-            )
-            log.warning(
-                "closing connection %s from %s: %s for %.0fs",
-                self.id,
-                self.remote_address,
-                why,
-                idle,
-            )
-            self._hang_up()
-            return
-        if idle >= interval and self.connected:
-            self._ping_outstanding = True
-            self.write_command(BaseCommand(type=T.PING, ping=pb.CommandPing()))
-        self._arm_keepalive()
-
-    def handle_ping(self, command: BaseCommand, frame: Frame) -> None:
-        self.write_command(BaseCommand(type=T.PONG, pong=pb.CommandPong()))
-
-    def handle_pong(self, command: BaseCommand, frame: Frame) -> None:
-        self._ping_outstanding = False
-        self._liveness_settled(True)
-
-    def check_liveness(self, then: Callable[[bool], None]) -> None:
-        """Ping the peer; ``then(True)`` on its PONG, ``then(False)`` if it stays silent
-        for ``connection_liveness_check_timeout`` (the connection is then dropped), as
-        Pulsar probes an old connection before refusing a producer's reconnect."""
-        if not self.alive:
-            then(False)
-            return
-        self._liveness_waiters.append(then)
-        if self._liveness_timer is None:
-            self.write_command(BaseCommand(type=T.PING, ping=pb.CommandPing()))
-            self._liveness_timer = self.loop.call_later(
-                self.config.connection_liveness_check_timeout, self._liveness_expired
-            )
-
-    def _liveness_expired(self) -> None:
-        self._liveness_timer = None
-        if self._liveness_waiters:
-            log.warning(
-                "closing connection %s from %s: no answer to a liveness ping",
-                self.id,
-                self.remote_address,
-            )
-            self.abort()
-            self._liveness_settled(False)
-
-    def _liveness_settled(self, alive: bool) -> None:
-        if self._liveness_timer is not None:
-            self._liveness_timer.cancel()
-            self._liveness_timer = None
-        waiters, self._liveness_waiters = self._liveness_waiters, []
-        for then in waiters:
-            then(alive)
-
-    # ------------------------------------------------------------ handshake
-
-    @property
-    def role(self) -> str | None:
-        """The authenticated role (None while authentication is off)."""
-        return self.auth.role if self.auth is not None else None
-
-    def handle_connect(self, command: BaseCommand, frame: Frame) -> None:
-        if self.connected or self.auth is not None:
-            raise CommandError(pb.NotAllowedError, "CONNECT sent twice on one connection")
-        connect = command.connect
-        if self._connect_timer is not None:
-            self._connect_timer.cancel()
-            self._connect_timer = None
-        authentication = self.service.authentication
-        if authentication is not None:
-            # Commands before CONNECTED are refused while the credentials are checked.
-            self.supports_auth_refresh = connect.feature_flags.supports_auth_refresh
-            self.auth = ConnectionAuth(
-                self, authentication, self.config.authentication_refresh_check_seconds
-            )
-            self.auth.start(connect, lambda: self._complete_connect(connect))
-            return
-        self._complete_connect(connect)
-
-    def handle_auth_response(self, command: BaseCommand, frame: Frame) -> None:
-        if self.auth is None:
-            # As any command the broker does not expect (authentication is off).
-            raise CommandError(pb.NotAllowedError, "unexpected command AUTH_RESPONSE")
-        self.auth.handle_response(command.authResponse)
-
-    def _complete_connect(self, connect: pb.CommandConnect) -> None:
-        if not self.alive:
-            return
-        self.connected = True
-        self._proven()
-        self.decoder.max_frame_size = self._frame_limit
-        self.client_version = connect.client_version
-        self.protocol_version = min(connect.protocol_version, MAX_PROTOCOL_VERSION)
-        self.supports_request_reply = connect.feature_flags.supports_request_reply
-        self.understands_end_of_topic = understands_end_of_topic(
-            self.client_version, self.protocol_version
-        )
-        log.debug(
-            "connection %s from %s: client %s, protocol v%d",
-            self.id,
-            self.remote_address,
-            self.client_version,
-            self.protocol_version,
-        )
-        self.write_command(
-            BaseCommand(
-                type=T.CONNECTED,
-                connected=pb.CommandConnected(
-                    server_version=f"magnetar/{__version__}",
-                    protocol_version=self.protocol_version,
-                    max_message_size=self.config.max_message_size,
-                    feature_flags=pb.FeatureFlags(supports_request_reply=True),
-                ),
-            )
-        )
-
-    # ------------------------------------------------------------ broker-initiated
-
-    def producer_promoted(self, producer: Producer) -> None:
-        """A WaitForExclusive producer reached the front of the line."""
-        if self.producers.get(producer.producer_id) is producer:
-            producers.write_producer_success(self, producer, producer.request_id)
-            topic = self.service.topics.get(producer.topic_name)
-            if topic is not None:
-                self.service.replies.producer_attached(topic, producer)
-
-    def producer_fenced(self, producer: Producer) -> None:
-        """Another producer took the topic with ExclusiveWithFencing."""
-        if self.producers.get(producer.producer_id) is not producer or not self.alive:
-            return
-        if not producer.ready:
-            self.write_error(
-                producer.request_id,
-                pb.ProducerFenced,
-                f"producer '{producer.name}' was fenced while waiting for {producer.topic_name}",
-            )
-            del self.producers[producer.producer_id]
-            return
-        producers.write_close_producer(self, producer.producer_id)
-
-    def close_producer_by_broker(self, producer: Producer) -> None:
-        """Detach ``producer`` and tell its client, which will try to attach again."""
-        if self.producers.get(producer.producer_id) is producer:
-            del self.producers[producer.producer_id]
-            producers.detach_producer(self, producer)
-        if self.alive:
-            producers.write_close_producer(self, producer.producer_id)
-
-    def consumer_closed_by_broker(self, consumer: Consumer) -> None:
-        """Tell the client its consumer is gone (it will subscribe again)."""
-        if self.consumers.get(consumer.consumer_id) is consumer:
-            del self.consumers[consumer.consumer_id]
-            consumer.subscription.remove_consumer(consumer)
-        if self.alive:
-            consumers.write_close_consumer(self, consumer.consumer_id)
 
     # ------------------------------------------------------------ teardown
 
