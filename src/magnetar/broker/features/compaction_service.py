@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from magnetar.broker.features.compaction import run_compaction
+from magnetar.broker.policies.hierarchy import in_force
 from magnetar.protocol.pb import pb
 from magnetar.storage.compacted_ledger import compacted_dir, delete_file, new_file_name
 from magnetar.storage.metadata import NamespacePolicies
@@ -261,12 +262,12 @@ class CompactionService:
 
     def applied_threshold(self, topic: Topic) -> int:
         """The threshold in force: the topic's, else its namespace's, else the broker's."""
-        own = self.topic_threshold(topic)
-        if own is not None:
-            return own
-        name = topic.topic_name
-        namespace = self.namespace_threshold(name.tenant, name.namespace)
-        return namespace if namespace is not None else self.default_threshold
+        return in_force(
+            self.topic_threshold(topic),
+            topic.topic_name,
+            self.namespace_threshold,
+            self.default_threshold,
+        )
 
     def topic_loaded(self, topic: Topic) -> None:
         """With a threshold in force the ``__compaction`` cursor exists from the start,

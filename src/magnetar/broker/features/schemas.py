@@ -30,6 +30,7 @@ from magnetar.broker.features.schema_compat import (
     type_name,
     validate,
 )
+from magnetar.broker.policies.hierarchy import in_force
 from magnetar.broker.topic_name import TopicName
 from magnetar.protocol.pb import pb
 from magnetar.storage import SchemaEntry, TopicMetadata
@@ -67,6 +68,11 @@ def policy_value(doc: object) -> Strategy:
         return Strategy.parse(doc)
     except ValueError:
         return Strategy.UNDEFINED
+
+
+def _defined(strategy: Strategy) -> Strategy | None:
+    """A stored strategy, None when unset (UNDEFINED)."""
+    return None if strategy is Strategy.UNDEFINED else strategy
 
 
 def namespace_strategy(data_dir: Path, tenant: str, namespace: str) -> Strategy:
@@ -146,15 +152,14 @@ class SchemaRegistry:
 
     def strategy(self) -> Strategy:
         """The strategy in force: the topic's, else its namespace's, else FULL."""
-        own = topic_strategy(self.metadata)
-        if own is not Strategy.UNDEFINED:
-            return own
-        name = self.topic_name
-        if self.policy_root is not None and name is not None:
-            ns = namespace_strategy(self.policy_root, name.tenant, name.namespace)
-            if ns is not Strategy.UNDEFINED:
-                return ns
-        return DEFAULT_STRATEGY
+        root = self.policy_root
+
+        def namespace(tenant: str, ns: str) -> Strategy | None:
+            return _defined(namespace_strategy(root, tenant, ns)) if root is not None else None
+
+        return in_force(
+            _defined(topic_strategy(self.metadata)), self.topic_name, namespace, DEFAULT_STRATEGY
+        )
 
     # ------------------------------------------------------------ changing
 

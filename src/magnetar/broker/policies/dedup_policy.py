@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from magnetar.broker.features.dedup import DedupSettings
+from magnetar.broker.policies.hierarchy import in_force
 from magnetar.storage.metadata import NamespacePolicies
 
 if TYPE_CHECKING:
@@ -84,12 +85,9 @@ class DedupPolicies:
 
     def applied(self, topic: TopicView) -> bool:
         """The switch in force: the topic's, else its namespace's, else the broker's."""
-        own = self.topic_policy(topic)
-        if own is not None:
-            return own
-        name = topic.topic_name
-        namespace = self.namespace_policy(name.tenant, name.namespace)
-        return namespace if namespace is not None else self.default
+        return in_force(
+            self.topic_policy(topic), topic.topic_name, self.namespace_policy, self.default
+        )
 
     def enabled_for(self, topic: TopicView) -> bool:
         return topic.topic_name.persistent and self.applied(topic)

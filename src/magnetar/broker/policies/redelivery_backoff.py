@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from magnetar.broker.policies.hierarchy import in_force
 from magnetar.storage.metadata import NamespacePolicies
 
 if TYPE_CHECKING:
@@ -184,12 +185,9 @@ class BackoffPolicies:
     def applied(self, topic: TopicView) -> RedeliveryBackoffPolicy:
         """The policy in force on ``topic``: its own, else its namespace's, else the
         broker's (which may be off)."""
-        own = self.topic_policy(topic)
-        if own is not None:
-            return own
-        name = topic.topic_name
-        namespace = self.namespace_policy(name.tenant, name.namespace)
-        return namespace if namespace is not None else self.default
+        return in_force(
+            self.topic_policy(topic), topic.topic_name, self.namespace_policy, self.default
+        )
 
     def effective(self, topic: TopicView) -> RedeliveryBackoffPolicy | None:
         """The policy to hold ``topic``'s redeliveries by; None when it is off."""

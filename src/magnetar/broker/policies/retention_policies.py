@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from magnetar.broker.policies.hierarchy import in_force
 from magnetar.storage.metadata import NamespacePolicies
 
 if TYPE_CHECKING:
@@ -325,42 +326,38 @@ class RetentionPolicyStore:
 
     def retention(self, topic: TopicView) -> Retention:
         """The retention in force: the topic's, else its namespace's, else the broker's."""
-        own = self.topic_retention(topic)
-        if own is not None:
-            return own
-        name = topic.topic_name
-        namespace = self.namespace_retention(name.tenant, name.namespace)
-        return namespace if namespace is not None else self.default_retention
+        return in_force(
+            self.topic_retention(topic),
+            topic.topic_name,
+            self.namespace_retention,
+            self.default_retention,
+        )
 
     def ttl(self, topic: TopicView) -> int:
         """The message TTL in force, in seconds (0: off)."""
-        own = self.topic_ttl(topic)
-        if own is not None:
-            return own
-        name = topic.topic_name
-        namespace = self.namespace_ttl(name.tenant, name.namespace)
-        return namespace if namespace is not None else self.default_ttl
+        return in_force(
+            self.topic_ttl(topic), topic.topic_name, self.namespace_ttl, self.default_ttl
+        )
 
     def quota(self, topic: TopicView, kind: str) -> BacklogQuota:
         """The backlog quota of type ``kind`` in force."""
-        own = self._topic(topic).quota(kind)
-        if own is not None:
-            return own
-        name = topic.topic_name
-        namespace = self._namespace(name.tenant, name.namespace).quota(kind)
-        return namespace if namespace is not None else self.default_quota
+        return in_force(
+            self._topic(topic).quota(kind),
+            topic.topic_name,
+            lambda tenant, namespace: self._namespace(tenant, namespace).quota(kind),
+            self.default_quota,
+        )
 
     def applied_quotas(self, topic: TopicView) -> dict[str, BacklogQuota]:
         """Pulsar's applied backlogQuotaMap: the topic's map if it has one, else its
         namespace's, else the broker's default for every type."""
-        own = self.topic_quotas(topic)
-        if own:
-            return own
-        name = topic.topic_name
-        namespace = self.namespace_quotas(name.tenant, name.namespace)
-        if namespace:
-            return namespace
-        return {kind: self.default_quota for kind in QUOTA_TYPES}
+        # An empty map is no map: Pulsar's applied map is one level's map, whole.
+        return in_force(
+            self.topic_quotas(topic) or None,
+            topic.topic_name,
+            lambda tenant, namespace: self.namespace_quotas(tenant, namespace) or None,
+            {kind: self.default_quota for kind in QUOTA_TYPES},
+        )
 
 
 def _put(quotas: dict[str, BacklogQuota], kind: str, quota: BacklogQuota | None) -> None:
