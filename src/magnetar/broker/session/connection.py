@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from magnetar.broker.auth.session import ConnectionAuth
+from magnetar.broker.session import outgoing
 from magnetar.broker.session.handlers import acks, consumers, lookup, producers, schemas
 from magnetar.broker.session.handlers.common import TopicLoading, command_error
 from magnetar.broker.session.handlers.errors import CommandError, request_id_of
@@ -526,17 +527,10 @@ class ServerCnx(Handshake, Keepalive, ClientNotices, asyncio.Protocol):
         self.write(encode_command(command))
 
     def write_error(self, request_id: int, error: int, message: str) -> None:
-        self.write_command(
-            BaseCommand(
-                type=T.ERROR,
-                error=pb.CommandError(request_id=request_id, error=error, message=message),  # type: ignore[arg-type]
-            )
-        )
+        self.write_command(outgoing.error(request_id, error, message))
 
     def write_success(self, request_id: int) -> None:
-        self.write_command(
-            BaseCommand(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id))
-        )
+        self.write_command(outgoing.success(request_id))
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

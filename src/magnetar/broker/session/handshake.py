@@ -11,8 +11,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
-from magnetar import __version__
 from magnetar.broker.auth.session import ConnectionAuth
+from magnetar.broker.session import outgoing
 from magnetar.broker.session.client_quirks import understands_end_of_topic
 from magnetar.broker.session.handlers.errors import CommandError
 from magnetar.protocol.frames import Frame, FrameDecoder
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("magnetar.broker.connection")
 
 MAX_PROTOCOL_VERSION = 21
-T = BaseCommand.Type
 
 
 class Handshake:
@@ -104,14 +103,6 @@ class Handshake:
             self.protocol_version,
         )
         self.write_command(
-            BaseCommand(
-                type=T.CONNECTED,
-                connected=pb.CommandConnected(
-                    server_version=f"magnetar/{__version__}",
-                    protocol_version=self.protocol_version,
-                    max_message_size=self.config.max_message_size,
-                    feature_flags=pb.FeatureFlags(supports_request_reply=True),
-                ),
-            )
+            outgoing.connected(self.protocol_version, self.config.max_message_size)
         )
 

@@ -12,16 +12,16 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from magnetar.broker.session import outgoing
 from magnetar.broker.session.pauses import PAUSED_BUFFER, PAUSED_PENDING, PAUSED_WRITE
 from magnetar.protocol.frames import Frame
-from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.protocol.pb import BaseCommand
 
 if TYPE_CHECKING:
     from magnetar.broker.config import BrokerConfig
 
 log = logging.getLogger("magnetar.broker.connection")
 
-T = BaseCommand.Type
 
 
 class Keepalive:
@@ -76,11 +76,11 @@ class Keepalive:
             return
         if idle >= interval and self.connected:
             self._ping_outstanding = True
-            self.write_command(BaseCommand(type=T.PING, ping=pb.CommandPing()))
+            self.write_command(outgoing.ping())
         self._arm_keepalive()
 
     def handle_ping(self, command: BaseCommand, frame: Frame) -> None:
-        self.write_command(BaseCommand(type=T.PONG, pong=pb.CommandPong()))
+        self.write_command(outgoing.pong())
 
     def handle_pong(self, command: BaseCommand, frame: Frame) -> None:
         self._ping_outstanding = False
@@ -95,7 +95,7 @@ class Keepalive:
             return
         self._liveness_waiters.append(then)
         if self._liveness_timer is None:
-            self.write_command(BaseCommand(type=T.PING, ping=pb.CommandPing()))
+            self.write_command(outgoing.ping())
             self._liveness_timer = self.loop.call_later(
                 self.config.connection_liveness_check_timeout, self._liveness_expired
             )

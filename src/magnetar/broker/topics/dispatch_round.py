@@ -16,11 +16,11 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from magnetar.broker.session import outgoing
 from magnetar.broker.topics.batch_acks import unacked_part
 from magnetar.broker.topics.compacted_dispatch import compacted_round
 from magnetar.broker.topics.dispatchers import SubType
 from magnetar.broker.topics.shield import as_one_message
-from magnetar.protocol.pb import BaseCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.broker.topics.consumer import Consumer
@@ -244,8 +244,5 @@ def announce_end_of_topic(sub: Subscription) -> None:
             if not consumer.cnx.understands_end_of_topic:
                 continue  # it would drop the connection (see client_quirks)
             consumer.cnx.write_command(
-                BaseCommand(
-                    type=BaseCommand.REACHED_END_OF_TOPIC,
-                    reachedEndOfTopic=pb.CommandReachedEndOfTopic(consumer_id=consumer.consumer_id),
-                )
+                outgoing.reached_end_of_topic(consumer.consumer_id)
             )

@@ -7,7 +7,7 @@ import asyncio
 import weakref
 from typing import TYPE_CHECKING
 
-from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.broker.session import outgoing
 
 if TYPE_CHECKING:
     from magnetar.broker.topics.consumer import Consumer
@@ -72,12 +72,7 @@ class FailoverHandover:
     @staticmethod
     def tell_active(consumer: Consumer, is_active: bool) -> None:
         consumer.cnx.write_command(
-            BaseCommand(
-                type=BaseCommand.ACTIVE_CONSUMER_CHANGE,
-                active_consumer_change=pb.CommandActiveConsumerChange(
-                    consumer_id=consumer.consumer_id, is_active=is_active
-                ),
-            )
+            outgoing.active_consumer_change(consumer.consumer_id, is_active)
         )
 
     def cancel(self) -> None:

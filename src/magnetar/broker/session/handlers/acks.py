@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.auth import checks
 from magnetar.broker.auth.authorization import CONSUME
 from magnetar.broker.features.rpc import ReplyRejected
+from magnetar.broker.session import outgoing
 from magnetar.broker.topics import batch_acks
 from magnetar.protocol.fastpath import encode_ack_response
 from magnetar.protocol.pb import BaseCommand, pb
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("magnetar.broker.connection")
 
-T = BaseCommand.Type
 
 
 class AckRefused(Exception):
@@ -137,7 +137,7 @@ def ack_response(
     response.error = error  # type: ignore[assignment]
     if ack.HasField("request_id"):
         response.request_id = ack.request_id
-    cnx.write_command(BaseCommand(type=T.ACK_RESPONSE, ackResponse=response))
+    cnx.write_command(outgoing.ack_response(response))
 
 
 def partial_batch(mid: pb.MessageIdData) -> bool:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.auth import checks
 from magnetar.broker.auth.authorization import CONSUME
 from magnetar.broker.features.schemas import IncompatibleSchema
+from magnetar.broker.session import outgoing
 from magnetar.broker.session.handlers.common import get_topic, topic_name
 from magnetar.broker.session.handlers.errors import CommandError
 from magnetar.broker.topic_name import name_problem
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("magnetar.broker.connection")
 
-T = BaseCommand.Type
 
 
 def handle_subscribe(cnx: Session, command: BaseCommand, frame: Frame) -> None:
@@ -201,12 +201,7 @@ def detach_consumer(consumer: Consumer) -> None:
 
 
 def write_close_consumer(cnx: Session, consumer_id: int) -> None:
-    cnx.write_command(
-        BaseCommand(
-            type=T.CLOSE_CONSUMER,
-            close_consumer=pb.CommandCloseConsumer(consumer_id=consumer_id, request_id=0),
-        )
-    )
+    cnx.write_command(outgoing.close_consumer(consumer_id))
 
 
 def handle_seek(cnx: Session, command: BaseCommand, frame: Frame) -> None:
@@ -251,13 +246,8 @@ def handle_get_last_message_id(cnx: Session, command: BaseCommand, frame: Frame)
         last = compacted_last_message_id(topic) or last
     mark_delete = consumer.subscription.cursor.mark_delete
     cnx.write_command(
-        BaseCommand(
-            type=T.GET_LAST_MESSAGE_ID_RESPONSE,
-            getLastMessageIdResponse=pb.CommandGetLastMessageIdResponse(
-                request_id=request.request_id,
-                last_message_id=last.to_pb(),
-                consumer_mark_delete_position=topic.message_id(mark_delete).to_pb(),
-            ),
+        outgoing.last_message_id(
+            request.request_id, last.to_pb(), topic.message_id(mark_delete).to_pb()
         )
     )
 
@@ -276,4 +266,4 @@ def handle_consumer_stats(cnx: Session, command: BaseCommand, frame: Frame) -> N
         response.msgBacklog = consumer.subscription.backlog()
         response.type = consumer.subscription.type_name
         response.address = cnx.remote_address
-    cnx.write_command(BaseCommand(type=T.CONSUMER_STATS_RESPONSE, consumerStatsResponse=response))
+    cnx.write_command(outgoing.consumer_stats(response))

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.broker.auth.checks import list_topics_refusal, lookup_refusal
 from magnetar.broker.policies.namespaces import NamespaceNotFound
+from magnetar.broker.session import outgoing
 from magnetar.broker.session.listeners import ListenerNotFound, is_loopback, select
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import BaseCommand, pb
@@ -14,7 +15,6 @@ if TYPE_CHECKING:
     from magnetar.broker.session.context import Session
     from magnetar.protocol.frames import Frame
 
-T = BaseCommand.Type
 
 
 def handle_lookup(cnx: Session, command: BaseCommand, frame: Frame) -> None:
@@ -25,7 +25,7 @@ def handle_lookup(cnx: Session, command: BaseCommand, frame: Frame) -> None:
         response.response = pb.CommandLookupTopicResponse.Failed
         response.error = pb.AuthorizationError
         response.message = refused
-        cnx.write_command(BaseCommand(type=T.LOOKUP_RESPONSE, lookupTopicResponse=response))
+        cnx.write_command(outgoing.lookup_response(response))
         return
     try:
         name = TopicName.parse(lookup.topic)
@@ -59,7 +59,7 @@ def handle_lookup(cnx: Session, command: BaseCommand, frame: Frame) -> None:
         response.proxy_through_service_url = is_loopback(
             listener.broker_url or listener.broker_url_tls
         )
-    cnx.write_command(BaseCommand(type=T.LOOKUP_RESPONSE, lookupTopicResponse=response))
+    cnx.write_command(outgoing.lookup_response(response))
 
 
 def handle_partitioned_metadata(cnx: Session, command: BaseCommand, frame: Frame) -> None:
@@ -70,9 +70,7 @@ def handle_partitioned_metadata(cnx: Session, command: BaseCommand, frame: Frame
         response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
         response.error = pb.AuthorizationError
         response.message = refused
-        cnx.write_command(
-            BaseCommand(type=T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=response)
-        )
+        cnx.write_command(outgoing.partitioned_metadata_response(response))
         return
     try:
         name = TopicName.parse(request.topic)
@@ -89,9 +87,7 @@ def handle_partitioned_metadata(cnx: Session, command: BaseCommand, frame: Frame
     else:
         response.partitions = partitions
         response.response = pb.CommandPartitionedTopicMetadataResponse.Success
-    cnx.write_command(
-        BaseCommand(type=T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=response)
-    )
+    cnx.write_command(outgoing.partitioned_metadata_response(response))
 
 
 def handle_get_topics(cnx: Session, command: BaseCommand, frame: Frame) -> None:
@@ -101,11 +97,4 @@ def handle_get_topics(cnx: Session, command: BaseCommand, frame: Frame) -> None:
         cnx.write_error(request.request_id, pb.AuthorizationError, refused)
         return
     topics = cnx.service.topics_of_namespace(request.namespace, request.mode)
-    cnx.write_command(
-        BaseCommand(
-            type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
-            getTopicsOfNamespaceResponse=pb.CommandGetTopicsOfNamespaceResponse(
-                request_id=request.request_id, topics=topics, filtered=False, changed=True
-            ),
-        )
-    )
+    cnx.write_command(outgoing.topics_of_namespace(request.request_id, topics))

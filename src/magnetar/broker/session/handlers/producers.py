@@ -10,6 +10,7 @@ from magnetar.broker.auth import checks
 from magnetar.broker.features.dedup import DUP, NOT_DUP, highest_sequence_id, is_tracked
 from magnetar.broker.features.exclusive import ProducerRefused
 from magnetar.broker.features.schemas import IncompatibleSchema, version_bytes
+from magnetar.broker.session import outgoing
 from magnetar.broker.session.entry_checks import batch_refusal, oversize_refusal
 from magnetar.broker.session.handlers.common import get_topic, topic_name
 from magnetar.broker.session.handlers.errors import CommandError
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("magnetar.broker.connection")
 
-T = BaseCommand.Type
 
 
 def handle_producer(
@@ -157,16 +157,11 @@ def write_producer_success(cnx: Session, producer: Producer, request_id: int) ->
         success.schema_version = producer.schema_version
     if producer.access_mode != SHARED and producer.topic_epoch is not None:
         success.topic_epoch = producer.topic_epoch
-    cnx.write_command(BaseCommand(type=T.PRODUCER_SUCCESS, producer_success=success))
+    cnx.write_command(outgoing.producer_success(success))
 
 
 def write_close_producer(cnx: Session, producer_id: int) -> None:
-    cnx.write_command(
-        BaseCommand(
-            type=T.CLOSE_PRODUCER,
-            close_producer=pb.CommandCloseProducer(producer_id=producer_id, request_id=0),
-        )
-    )
+    cnx.write_command(outgoing.close_producer(producer_id))
 
 
 def handle_send(cnx: Session, command: BaseCommand, frame: Frame) -> None:
@@ -350,17 +345,7 @@ def _answer_duplicate(
 
 def send_error(cnx: Session, send: pb.CommandSend, error: int, message: str) -> None:
     log.info("send error to %s: %s", cnx.remote_address, message)
-    cnx.write_command(
-        BaseCommand(
-            type=T.SEND_ERROR,
-            send_error=pb.CommandSendError(
-                producer_id=send.producer_id,
-                sequence_id=send.sequence_id,
-                error=error,  # type: ignore[arg-type]
-                message=message,
-            ),
-        )
-    )
+    cnx.write_command(outgoing.send_error(send.producer_id, send.sequence_id, error, message))
 
 
 def handle_close_producer(cnx: Session, command: BaseCommand, frame: Frame) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.auth.authorization import PRODUCE
 from magnetar.broker.auth.checks import lookup_refusal, refusal
 from magnetar.broker.features.schemas import IncompatibleSchema, SchemaRegistry, version_bytes
+from magnetar.broker.session import outgoing
 from magnetar.broker.session.handlers.common import get_topic, topic_name
 from magnetar.broker.session.handlers.errors import CommandError
 from magnetar.protocol.pb import BaseCommand, pb
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from magnetar.broker.topics.topic import Topic
     from magnetar.protocol.frames import Frame
 
-T = BaseCommand.Type
 
 
 def handle_get_schema(cnx: Session, command: BaseCommand, frame: Frame) -> None:
@@ -45,7 +45,7 @@ def handle_get_schema(cnx: Session, command: BaseCommand, frame: Frame) -> None:
         else:
             response.schema.CopyFrom(SchemaRegistry.to_pb(entry))
             response.schema_version = version_bytes(entry.version)
-    cnx.write_command(BaseCommand(type=T.GET_SCHEMA_RESPONSE, getSchemaResponse=response))
+    cnx.write_command(outgoing.schema_response(response))
 
 
 def handle_get_or_create_schema(cnx: Session, command: BaseCommand, frame: Frame) -> None:
@@ -63,9 +63,7 @@ def handle_get_or_create_schema(cnx: Session, command: BaseCommand, frame: Frame
     else:
         if version is not None:
             response.schema_version = version_bytes(version)
-    cnx.write_command(
-        BaseCommand(type=T.GET_OR_CREATE_SCHEMA_RESPONSE, getOrCreateSchemaResponse=response)
-    )
+    cnx.write_command(outgoing.get_or_create_schema_response(response))
 
 
 def _existing_topic(cnx: Session, topic: str, what: str, action: str | None = None) -> Topic:
