@@ -8,7 +8,8 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from magnetar.broker.features.rpc import ReplyRouter
+    from prometheus_client.metrics_core import Metric
+
     from magnetar.broker.observability.gc_pauses import GcPauseRecorder
     from magnetar.broker.observability.loop_lag import LoopLagProbe
     from magnetar.broker.observability.rates import RateTracker
@@ -24,6 +25,17 @@ class _Connection(Protocol):
     def read_paused(self) -> int: ...
 
 
+class _RoundTrips(Protocol):  # observability.metrics.RoundTrips
+    def family(self) -> Metric: ...
+
+
+class _Replies(Protocol):  # features.rpc.ReplyRouter
+    @property
+    def forwarded(self) -> int: ...
+    @property
+    def round_trips(self) -> _RoundTrips: ...
+
+
 class MetricsSource(Protocol):
     """The broker, as its metrics see it."""
 
@@ -34,7 +46,7 @@ class MetricsSource(Protocol):
     @property
     def store(self) -> Store: ...
     @property
-    def replies(self) -> ReplyRouter: ...
+    def replies(self) -> _Replies: ...
     @property
     def idle_poller(self) -> IdlePoller: ...
     @property
