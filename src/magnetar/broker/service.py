@@ -57,46 +57,19 @@ class BrokerService(TopicLoader):
         self.idle_poller: IdlePoller = None  # type: ignore[assignment]  # set by start()
         self.topics: dict[str, Topic] = {}
         self.connections: set[ServerCnx] = set()
-        self.connection_limits = ConnectionLimits(
-            config.max_connections, config.max_connections_per_ip
-        )
-        self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_bytes)
-        self.unauthenticated_buffers = UnauthenticatedBuffers(
-            config.max_unauthenticated_buffer_bytes
-        )
-        self.loop_lag = LoopLagProbe(config.loop_lag_probe_interval)
-        self.stall_tracer = StallTracer(config.loop_stall_trace_seconds)
-        self.gc_pauses = GcPauseRecorder()
-        if self.loop_lag.enabled and self.stall_tracer.enabled:
-            self.loop_lag.on_wake = self.stall_tracer.beat
+        self._init_limits(config)
+        self._init_probes(config)
         self.metrics = BrokerMetrics(self)
         self.rates = RateTracker()  # moving-window msg/byte rates for the stats
         self.replies = ReplyRouter(self)
         self.requests = RequestLog(
             config.rpc_remembered_requests, config.rpc_reply_hold_seconds, self.clock
         )
-        self.backoff_policies = BackoffPolicies(
-            RedeliveryBackoffPolicy.from_config(config), config.data_dir
-        )
-        self.dedup_settings = settings_from_config(config)
-        self.dedup_policies = DedupPolicies(
-            config.broker_deduplication_enabled,
-            config.data_dir,
-            on_namespace_written=self._namespace_policies_written,
-        )
-        # Retention, message TTL and backlog quotas (broker/policies/topic_policies.py).
-        self.retention_policies = RetentionPolicyStore(
-            config, config.data_dir, on_namespace_written=self._namespace_policies_written
-        )
-        self.topic_policies = PolicyEnforcer(self.retention_policies, config, clock)
-        self.compaction = CompactionService(self)
+        self._init_policies(config)
         self._producer_seq = itertools.count()
         self._started_ms = self.clock_ms() % (1 << 40)
         self._server: asyncio.AbstractServer | None = None
-        # Security: None when off, and then the handlers check nothing.
-        self.authentication = build_authentication(config)
-        self.authorization = build_authorization(config, self._namespace_policies_written)
-        self.tls_context = build_tls_context(config)
+        self._init_security(config)
         self._tls_server: asyncio.AbstractServer | None = None
         self._timers: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -112,6 +85,62 @@ class BrokerService(TopicLoader):
         self._loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="magnetar-load")
         self._relieving: asyncio.Task[int] | None = None
         self._info_trimmed_share = config.entry_info_cache_max_entries
+        self._init_storage(config)
+        self.namespaces = NamespaceRegistry(
+            config.data_dir,
+            auto_create=config.allow_auto_namespace_creation,
+            topics_in=lambda namespace: self.topics_of_namespace(
+                namespace, pb.CommandGetTopicsOfNamespace.ALL
+            ),
+            on_deleted=self._namespace_deleted,
+        )
+
+    def _init_limits(self, config: BrokerConfig) -> None:
+        """Connection limits and the buffers the connections share."""
+        self.connection_limits = ConnectionLimits(
+            config.max_connections, config.max_connections_per_ip
+        )
+        self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_bytes)
+        self.unauthenticated_buffers = UnauthenticatedBuffers(
+            config.max_unauthenticated_buffer_bytes
+        )
+
+    def _init_probes(self, config: BrokerConfig) -> None:
+        """The probes that watch the process: loop lag, stalls, GC pauses."""
+        self.loop_lag = LoopLagProbe(config.loop_lag_probe_interval)
+        self.stall_tracer = StallTracer(config.loop_stall_trace_seconds)
+        self.gc_pauses = GcPauseRecorder()
+        if self.loop_lag.enabled and self.stall_tracer.enabled:
+            self.loop_lag.on_wake = self.stall_tracer.beat
+
+    def _init_policies(self, config: BrokerConfig) -> None:
+        """The policies in force on topics (broker defaults from ``config``); compaction."""
+        self.backoff_policies = BackoffPolicies(
+            RedeliveryBackoffPolicy.from_config(config), config.data_dir
+        )
+        self.dedup_settings = settings_from_config(config)
+        self.dedup_policies = DedupPolicies(
+            config.broker_deduplication_enabled,
+            config.data_dir,
+            on_namespace_written=self._namespace_policies_written,
+        )
+        # Retention, message TTL and backlog quotas (broker/policies/topic_policies.py).
+        self.retention_policies = RetentionPolicyStore(
+            config, config.data_dir, on_namespace_written=self._namespace_policies_written
+        )
+        self.topic_policies = PolicyEnforcer(self.retention_policies, config, self.clock)
+        self.compaction = CompactionService(self)
+
+    def _init_security(self, config: BrokerConfig) -> None:
+        """Authentication, authorization and TLS: None when off (the handlers then check
+        nothing)."""
+        self.authentication = build_authentication(config)
+        self.authorization = build_authorization(config, self._namespace_policies_written)
+        self.tls_context = build_tls_context(config)
+
+    def _init_storage(self, config: BrokerConfig) -> None:
+        """The data directory's lock and the stores: persistent topics, and beside them
+        the non-persistent ones."""
         self._dir_lock = DataDirLock(config.data_dir)
         ledger_config = LedgerConfig(
             segment_max_bytes=config.segment_max_bytes,
@@ -140,14 +169,6 @@ class BrokerService(TopicLoader):
             segment_files=self.store.segment_files,
         )
         self._scratch_dir = scratch
-        self.namespaces = NamespaceRegistry(
-            config.data_dir,
-            auto_create=config.allow_auto_namespace_creation,
-            topics_in=lambda namespace: self.topics_of_namespace(
-                namespace, pb.CommandGetTopicsOfNamespace.ALL
-            ),
-            on_deleted=self._namespace_deleted,
-        )
 
     def clock_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("magnetar.broker.connection")
 
 
-
 class Keepalive:
     """PING, PONG and the liveness probe; a base class of ServerCnx."""
 

@@ -42,6 +42,37 @@ READ_AHEAD_MIN_BYTES = 256 * 1024
 
 def dispatch_round(sub: Subscription) -> bool:
     """Send what the consumers can take; True if a further round has work."""
+    now_ms = sub.clock_ms()
+    budget = MAX_ENTRIES_PER_ROUND
+    byte_budget = _byte_budget(sub)
+    blocked_keys: set[int] = set()
+    _release_due(sub, now_ms)
+    compacted = sub.topic.ledger.compacted
+    if sub.read_compacted and compacted is not None:
+        more = compacted_round(sub, compacted, budget, byte_budget)
+        if more is not None:
+            return more
+    if sub.replay:
+        more, budget, byte_budget = _replay(sub, budget, byte_budget, blocked_keys)
+        if more is not None:
+            return more
+    return _read_new(sub, now_ms, budget, byte_budget, blocked_keys)
+
+
+def _release_due(sub: Subscription, now_ms: int) -> None:
+    """Delayed entries that are due now join the replays."""
+    if sub.delayed:
+        for entry_id in sub.delayed.pop_due(now_ms):
+            sub.replay.add(entry_id)
+    if sub.delayed.overflow_from is not None and sub.delayed.has_room:
+        rescan_overflow(sub, now_ms)
+
+
+def _replay(
+    sub: Subscription, budget: int, byte_budget: int, blocked_keys: set[int]
+) -> tuple[bool | None, int, int]:
+    """Send the entries to deliver again, first; returns the round's answer (None: go
+    on to new entries) and the budgets left."""
     topic = sub.topic
     ledger = topic.ledger
     cursor = sub.cursor
@@ -49,54 +80,49 @@ def dispatch_round(sub: Subscription) -> bool:
     pending = sub.pending
     ordered = dispatcher.ordered
     uses_keys = dispatcher.uses_keys
-    honours_delay = sub.sub_type in (SubType.Shared, SubType.Key_Shared)
-    now_ms = sub.clock_ms()
-    budget = MAX_ENTRIES_PER_ROUND
-    byte_budget = _byte_budget(sub)
-    blocked_keys: set[int] = set()
-
-    if sub.delayed:
-        for entry_id in sub.delayed.pop_due(now_ms):
-            sub.replay.add(entry_id)
-    if sub.delayed.overflow_from is not None and sub.delayed.has_room:
-        rescan_overflow(sub, now_ms)
-
-    compacted = ledger.compacted
-    if sub.read_compacted and compacted is not None:
-        more = compacted_round(sub, compacted, budget, byte_budget)
-        if more is not None:
-            return more
-
-    if sub.replay:
-        for entry_id in sorted(sub.replay):
-            if entry_id in pending or cursor.is_acked(entry_id) or entry_id < ledger.first_entry_id:
-                sub.replay.discard(entry_id)
-                continue
-            # Delayed entries come due long after they were cached: read them on a
-            # worker thread, not one pread at a time on the loop (100k due at once).
-            if ledger.is_cold(entry_id) and _wait_for_read_ahead(sub, entry_id, byte_budget):
-                return False
-            info = topic.entry_info(entry_id)
-            if uses_keys and info.key_hash in blocked_keys:
-                continue
-            consumer = dispatcher.pick(info.key_hash)
-            if consumer is None:
-                if ordered:
-                    return False
-                if uses_keys:
-                    blocked_keys.add(info.key_hash)
-                    continue
-                break
+    for entry_id in sorted(sub.replay):
+        if entry_id in pending or cursor.is_acked(entry_id) or entry_id < ledger.first_entry_id:
             sub.replay.discard(entry_id)
-            byte_budget -= send(sub, consumer, entry_id, info)
-            budget -= 1
-            if budget <= 0 or byte_budget <= 0:
-                return True
-        if sub.replay and not uses_keys:
-            # Replays go first; new entries wait until they are out.
-            sub.arm_delay_timer()
-            return False
+            continue
+        # Delayed entries come due long after they were cached: read them on a
+        # worker thread, not one pread at a time on the loop (100k due at once).
+        if ledger.is_cold(entry_id) and _wait_for_read_ahead(sub, entry_id, byte_budget):
+            return False, budget, byte_budget
+        info = topic.entry_info(entry_id)
+        if uses_keys and info.key_hash in blocked_keys:
+            continue
+        consumer = dispatcher.pick(info.key_hash)
+        if consumer is None:
+            if ordered:
+                return False, budget, byte_budget
+            if uses_keys:
+                blocked_keys.add(info.key_hash)
+                continue
+            break
+        sub.replay.discard(entry_id)
+        byte_budget -= send(sub, consumer, entry_id, info)
+        budget -= 1
+        if budget <= 0 or byte_budget <= 0:
+            return True, budget, byte_budget
+    if sub.replay and not uses_keys:
+        # Replays go first; new entries wait until they are out.
+        sub.arm_delay_timer()
+        return False, budget, byte_budget
+    return None, budget, byte_budget
 
+
+def _read_new(
+    sub: Subscription, now_ms: int, budget: int, byte_budget: int, blocked_keys: set[int]
+) -> bool:
+    """Send new entries from the subscription's read position; True if a further round
+    has work."""
+    topic = sub.topic
+    ledger = topic.ledger
+    cursor = sub.cursor
+    dispatcher = sub.dispatcher
+    pending = sub.pending
+    uses_keys = dispatcher.uses_keys
+    honours_delay = sub.sub_type in (SubType.Shared, SubType.Key_Shared)
     last = topic.last_visible_entry_id
     position = max(sub.read_position, ledger.first_entry_id)
     skipped = 0

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("magnetar.broker.connection")
 
 
-
 class AckRefused(Exception):
     """The ack is invalid as a whole: nothing of it is applied, no reply it carries is sent."""
 

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("magnetar.broker.connection")
 
 
-
 def handle_subscribe(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.subscribe
     if request.consumer_id in cnx.consumers:

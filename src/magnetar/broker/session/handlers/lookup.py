@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from magnetar.protocol.frames import Frame
 
 
-
 def handle_lookup(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     lookup = command.lookupTopic
     response = pb.CommandLookupTopicResponse(request_id=lookup.request_id)

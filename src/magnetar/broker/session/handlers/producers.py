@@ -14,7 +14,7 @@ from magnetar.broker.session import outgoing
 from magnetar.broker.session.entry_checks import batch_refusal, oversize_refusal
 from magnetar.broker.session.handlers.common import get_topic, topic_name
 from magnetar.broker.session.handlers.errors import CommandError
-from magnetar.broker.topics.entry_info import info_from_metadata
+from magnetar.broker.topics.entry_info import EntryInfo, info_from_metadata
 from magnetar.broker.topics.producer import SHARED, Producer
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
 from magnetar.protocol.fastpath import encode_send_receipt, message_id_bytes
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from magnetar.protocol.frames import Frame
 
 log = logging.getLogger("magnetar.broker.connection")
-
 
 
 def handle_producer(
@@ -46,17 +45,7 @@ def handle_producer(
             pb.NotAllowedError,
             f"producer id {producer_id} is already in use on this connection",
         )
-    name = topic_name(request.topic)
-    # Before the topic is created for it.
-    checks.require_producer(cnx, name, request.initial_subscription_name)
-    topic = get_topic(cnx, name, create=True)
-    if topic.terminated:
-        raise CommandError(pb.TopicTerminatedError, f"topic {topic.name} is terminated")
-    if topic.failure:
-        raise CommandError(pb.PersistenceError, topic.failure)
-    refusal = cnx.service.topic_policies.producer_refusal(topic)  # over a backlog quota
-    if refusal is not None:
-        raise CommandError(*refusal)
+    topic = _topic_to_produce_on(cnx, request)
     if request.HasField("producer_name") and request.producer_name:
         producer_name = request.producer_name
         if topic.access.name_in_use(producer_name):
@@ -74,22 +63,7 @@ def handle_producer(
             )
     else:
         producer_name = cnx.service.generate_producer_name()
-    producer = Producer(
-        cnx=cnx,
-        producer_id=producer_id,
-        name=producer_name,
-        topic_name=topic.name,
-        access_mode=request.producer_access_mode,
-        user_provided_name=request.user_provided_producer_name,
-        request_id=request.request_id,
-        metadata={kv.key: kv.value for kv in request.metadata},
-    )
-    if request.HasField("schema"):
-        try:
-            version = topic.schemas.add_or_get(request.schema)
-        except IncompatibleSchema as exc:
-            raise CommandError(pb.IncompatibleSchema, str(exc)) from None
-        producer.schema_version = version_bytes(version) if version is not None else None
+    producer = _new_producer(cnx, request, topic, producer_name)
     requested_epoch = request.topic_epoch if request.HasField("topic_epoch") else None
     if existing is not None:
         del cnx.producers[producer_id]
@@ -116,6 +90,46 @@ def handle_producer(
     write_producer_success(cnx, producer, request.request_id)
     if ready:
         cnx.service.replies.producer_attached(topic, producer)
+
+
+def _topic_to_produce_on(cnx: Session, request: pb.CommandProducer) -> Topic:
+    """The topic a PRODUCER names, loaded (created if allowed), if the role may produce
+    on it and it takes producers now; else CommandError."""
+    name = topic_name(request.topic)
+    # Before the topic is created for it.
+    checks.require_producer(cnx, name, request.initial_subscription_name)
+    topic = get_topic(cnx, name, create=True)
+    if topic.terminated:
+        raise CommandError(pb.TopicTerminatedError, f"topic {topic.name} is terminated")
+    if topic.failure:
+        raise CommandError(pb.PersistenceError, topic.failure)
+    refusal = cnx.service.topic_policies.producer_refusal(topic)  # over a backlog quota
+    if refusal is not None:
+        raise CommandError(*refusal)
+    return topic
+
+
+def _new_producer(
+    cnx: Session, request: pb.CommandProducer, topic: Topic, name: str
+) -> Producer:
+    """The producer a PRODUCER asks for, its schema registered (or CommandError)."""
+    producer = Producer(
+        cnx=cnx,
+        producer_id=request.producer_id,
+        name=name,
+        topic_name=topic.name,
+        access_mode=request.producer_access_mode,
+        user_provided_name=request.user_provided_producer_name,
+        request_id=request.request_id,
+        metadata={kv.key: kv.value for kv in request.metadata},
+    )
+    if request.HasField("schema"):
+        try:
+            version = topic.schemas.add_or_get(request.schema)
+        except IncompatibleSchema as exc:
+            raise CommandError(pb.IncompatibleSchema, str(exc)) from None
+        producer.schema_version = version_bytes(version) if version is not None else None
+    return producer
 
 
 def _create_initial_subscription(topic: Topic, name: str) -> None:
@@ -166,70 +180,16 @@ def write_close_producer(cnx: Session, producer_id: int) -> None:
 
 def handle_send(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     send = command.send
-    producer = cnx.producers.get(send.producer_id)
+    producer = _sending_producer(cnx, send)
     if producer is None:
-        send_error(
-            cnx,
-            send,
-            pb.NotAllowedError,
-            f"producer id {send.producer_id} is not open on this connection",
-        )
-        return
-    if producer.fenced:
-        send_error(
-            cnx,
-            send,
-            pb.ProducerFenced,
-            f"producer '{producer.name}' was fenced by a newer exclusive producer",
-        )
-        return
-    if not producer.ready:
-        send_error(
-            cnx,
-            send,
-            pb.NotAllowedError,
-            f"producer '{producer.name}' is waiting for exclusive access",
-        )
         return
     body = frame.body
-    try:
-        section = parse_payload(body)
-        metadata = parse_metadata(section)
-    except ChecksumMismatch as exc:
-        send_error(cnx, send, pb.ChecksumError, str(exc))
+    entry = _checked_entry(cnx, send, body)
+    if entry is None:
         return
-    except ProtocolError as exc:
-        send_error(cnx, send, pb.NotAllowedError, f"bad message: {exc}")
-        return
-    # The limit is on the payload, as clients apply it; metadata rides in the
-    # frame's padding (chunks of a large message are exactly max size each), as long
-    # as the MESSAGE frame a consumer gets stays within its frame limit.
-    max_size = cnx.config.max_message_size
-    if len(section.payload) > max_size:
-        send_error(
-            cnx,
-            send,
-            pb.NotAllowedError,
-            f"message of {len(section.payload)} bytes exceeds the maximum message size "
-            f"of {max_size} bytes",
-        )
-        return
-    refusal = batch_refusal(metadata, section.payload, cnx.config.max_messages_per_batch)
-    info = info_from_metadata(metadata)
-    if refusal is None:
-        refusal = oversize_refusal(len(body), info.num_messages, max_size)
-    if refusal is not None:
-        send_error(cnx, send, pb.NotAllowedError, refusal)
-        return
-    topic = cnx.service.topics.get(producer.topic_name)
-    if topic is None or topic.closed:
-        send_error(cnx, send, pb.ServiceNotReady, f"topic {producer.topic_name} is not loaded")
-        return
-    if topic.terminated:
-        send_error(cnx, send, pb.TopicTerminatedError, f"topic {topic.name} is terminated")
-        return
-    if topic.failure:
-        send_error(cnx, send, pb.PersistenceError, topic.failure)
+    section, metadata, info = entry
+    topic = _topic_to_store(cnx, send, producer)
+    if topic is None:
         return
     request_timeout = None
     if metadata.properties:  # the cheap test first: most messages have none
@@ -238,7 +198,9 @@ def handle_send(cnx: Session, command: BaseCommand, frame: Frame) -> None:
             if request_timeout is not None and _answer_resent_request(cnx, send, topic, producer):
                 return
             body = _stamp_requester(cnx, section, metadata)
-            too_large = oversize_refusal(len(body), info.num_messages, max_size)
+            too_large = oversize_refusal(
+                len(body), info.num_messages, cnx.config.max_message_size
+            )
             if too_large is not None:  # the role stamped on it took it over
                 send_error(cnx, send, pb.NotAllowedError, too_large)
                 return
@@ -273,6 +235,88 @@ def handle_send(cnx: Session, command: BaseCommand, frame: Frame) -> None:
         cnx.service.requests.remember(
             topic.name, producer.name, send.sequence_id, position, request_timeout
         )
+
+
+def _sending_producer(cnx: Session, send: pb.CommandSend) -> Producer | None:
+    """The producer a SEND names, if it may send now; else None, the SEND refused."""
+    producer = cnx.producers.get(send.producer_id)
+    if producer is None:
+        send_error(
+            cnx,
+            send,
+            pb.NotAllowedError,
+            f"producer id {send.producer_id} is not open on this connection",
+        )
+        return None
+    if producer.fenced:
+        send_error(
+            cnx,
+            send,
+            pb.ProducerFenced,
+            f"producer '{producer.name}' was fenced by a newer exclusive producer",
+        )
+        return None
+    if not producer.ready:
+        send_error(
+            cnx,
+            send,
+            pb.NotAllowedError,
+            f"producer '{producer.name}' is waiting for exclusive access",
+        )
+        return None
+    return producer
+
+
+def _checked_entry(
+    cnx: Session, send: pb.CommandSend, body: bytes | memoryview
+) -> tuple[PayloadSection, pb.MessageMetadata, EntryInfo] | None:
+    """A SEND's entry, parsed, if the broker may store it (entry_checks.py); else None,
+    the SEND refused."""
+    try:
+        section = parse_payload(body)
+        metadata = parse_metadata(section)
+    except ChecksumMismatch as exc:
+        send_error(cnx, send, pb.ChecksumError, str(exc))
+        return None
+    except ProtocolError as exc:
+        send_error(cnx, send, pb.NotAllowedError, f"bad message: {exc}")
+        return None
+    # The limit is on the payload, as clients apply it; metadata rides in the
+    # frame's padding (chunks of a large message are exactly max size each), as long
+    # as the MESSAGE frame a consumer gets stays within its frame limit.
+    max_size = cnx.config.max_message_size
+    if len(section.payload) > max_size:
+        send_error(
+            cnx,
+            send,
+            pb.NotAllowedError,
+            f"message of {len(section.payload)} bytes exceeds the maximum message size "
+            f"of {max_size} bytes",
+        )
+        return None
+    refusal = batch_refusal(metadata, section.payload, cnx.config.max_messages_per_batch)
+    info = info_from_metadata(metadata)
+    if refusal is None:
+        refusal = oversize_refusal(len(body), info.num_messages, max_size)
+    if refusal is not None:
+        send_error(cnx, send, pb.NotAllowedError, refusal)
+        return None
+    return section, metadata, info
+
+
+def _topic_to_store(cnx: Session, send: pb.CommandSend, producer: Producer) -> Topic | None:
+    """The producer's topic, if it takes entries now; else None, the SEND refused."""
+    topic = cnx.service.topics.get(producer.topic_name)
+    if topic is None or topic.closed:
+        send_error(cnx, send, pb.ServiceNotReady, f"topic {producer.topic_name} is not loaded")
+        return None
+    if topic.terminated:
+        send_error(cnx, send, pb.TopicTerminatedError, f"topic {topic.name} is terminated")
+        return None
+    if topic.failure:
+        send_error(cnx, send, pb.PersistenceError, topic.failure)
+        return None
+    return topic
 
 
 def _answer_resent_request(

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from magnetar.protocol.frames import Frame
 
 
-
 def handle_get_schema(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.getSchema
     response = pb.CommandGetSchemaResponse(request_id=request.request_id)
