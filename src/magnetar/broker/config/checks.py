@@ -17,6 +17,17 @@ def validate(config: Settings) -> None:
     Ports may be 0 here (any free port, for brokers started from Python); the data
     directory is checked without creating anything.
     """
+    _check_basics(config)
+    _check_sizes(config)
+    _check_redelivery_backoff(config)
+    _check_retention_defaults(config)
+    _check_security(config)
+    _check_listeners(config)
+    _check_counts(config)
+
+
+def _check_basics(config: Settings) -> None:
+    """Ports, the data directory, the choices and the log level."""
     _check_port("port", config.port)
     if config.admin_port is not None:
         _check_port("admin_port", config.admin_port)
@@ -27,6 +38,10 @@ def validate(config: Settings) -> None:
         raise ConfigError(
             "log_level", config.log_level, f"not a log level ({', '.join(_LOG_LEVELS)})"
         )
+
+
+def _check_sizes(config: Settings) -> None:
+    """Sizes, counts and intervals: positive, or at least 0 where 0 turns a thing off."""
     for name in ("max_message_size", "segment_max_bytes", "max_unacked_per_consumer",
                  "max_messages_per_batch"):
         if getattr(config, name) <= 0:
@@ -76,10 +91,10 @@ def validate(config: Settings) -> None:
         raise ConfigError(
             "delayed_delivery_max_tracked", config.delayed_delivery_max_tracked, "must be >= 1"
         )
-    _check_redelivery_backoff(config)
-    _check_retention_defaults(config)
-    _check_security(config)
-    _check_listeners(config)
+
+
+def _check_counts(config: Settings) -> None:
+    """Counts that must be at least 1, and partitions within their bound."""
     if config.max_redelivery_counts_per_subscription < 1:
         raise ConfigError(
             "max_redelivery_counts_per_subscription",

@@ -25,7 +25,7 @@ from magnetar.broker.session.entry_checks import oversize_refusal
 from magnetar.broker.topic_name import TopicName
 from magnetar.broker.topics.entry_info import info_from_metadata
 from magnetar.broker.topics.shield import ENTRY_FORMAT_PROPERTY, RAW_FORMAT
-from magnetar.broker.topics.topic import TopicUnavailable
+from magnetar.broker.topics.topic import Topic, TopicUnavailable
 from magnetar.protocol.client_codec import encode_message_metadata
 from magnetar.protocol.frames import build_entry
 from magnetar.protocol.message_id import MessageId
@@ -89,16 +89,7 @@ async def append_raw_entry(
     :class:`RawEntryRefused` for a terminated, unloading or failed topic. A raw entry
     is no producer: PIP-68 access modes do not apply to it.
     """
-    if num_messages is not None and num_messages < 1:
-        raise ValueError(f"num_messages must be at least 1, not {num_messages}")
-    most = service.config.max_messages_per_batch
-    if num_messages is not None and num_messages > most:
-        raise ValueError(
-            f"num_messages must be at most {most} (max_messages_per_batch), not {num_messages}"
-        )
-    for field, value in (("sequence_id", sequence_id), ("event_time", event_time)):
-        if value is not None and not 0 <= value <= _U64_MAX:  # uint64 on the wire
-            raise ValueError(f"{field} must be 0 to 2**64-1, not {value}")
+    _check_numbers(service.config.max_messages_per_batch, num_messages, sequence_id, event_time)
     name = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
     data = bytes(payload)
     limit = service.config.max_message_size
@@ -128,17 +119,7 @@ async def append_raw_entry(
     )
     if too_large is not None:
         raise EntryTooLarge(too_large)
-    try:
-        loaded = await service.load_topic(name, create=create)
-    except TopicUnavailable as exc:
-        error = pb.PersistenceError if exc.storage_error else pb.ServiceNotReady
-        raise RawEntryRefused(error, str(exc)) from None
-    if loaded.closed:
-        raise RawEntryRefused(pb.ServiceNotReady, f"topic {loaded.name} is being unloaded")
-    if loaded.terminated:
-        raise RawEntryRefused(pb.TopicTerminatedError, f"topic {loaded.name} is terminated")
-    if loaded.failure:
-        raise RawEntryRefused(pb.PersistenceError, loaded.failure)
+    loaded = await _topic_taking_entries(service, name, create)
     ledger = loaded.ledger
     metadata = metadata_for(ledger.next_entry_id)
     info = info_from_metadata(_parse_metadata(metadata))
@@ -153,10 +134,48 @@ async def append_raw_entry(
         loaded.append_entry(entry, info, on_durable)
     except StorageError as exc:
         raise RawEntryRefused(pb.PersistenceError, f"{loaded.name}: {exc}") from None
+    return loaded.message_id(await _durable(loaded, durable))
+
+
+def _check_numbers(
+    most: int, num_messages: int | None, sequence_id: int | None, event_time: int | None
+) -> None:
+    """ValueError for a message count outside 1..``most`` or a uint64 field out of range."""
+    if num_messages is not None and num_messages < 1:
+        raise ValueError(f"num_messages must be at least 1, not {num_messages}")
+    if num_messages is not None and num_messages > most:
+        raise ValueError(
+            f"num_messages must be at most {most} (max_messages_per_batch), not {num_messages}"
+        )
+    for field, value in (("sequence_id", sequence_id), ("event_time", event_time)):
+        if value is not None and not 0 <= value <= _U64_MAX:  # uint64 on the wire
+            raise ValueError(f"{field} must be 0 to 2**64-1, not {value}")
+
+
+async def _topic_taking_entries(service: BrokerService, name: TopicName, create: bool) -> Topic:
+    """The topic, loaded (created when ``create``), if it takes entries now; else
+    RawEntryRefused (LookupError, ValueError from loading pass through)."""
+    try:
+        loaded = await service.load_topic(name, create=create)
+    except TopicUnavailable as exc:
+        error = pb.PersistenceError if exc.storage_error else pb.ServiceNotReady
+        raise RawEntryRefused(error, str(exc)) from None
+    if loaded.closed:
+        raise RawEntryRefused(pb.ServiceNotReady, f"topic {loaded.name} is being unloaded")
+    if loaded.terminated:
+        raise RawEntryRefused(pb.TopicTerminatedError, f"topic {loaded.name} is terminated")
+    if loaded.failure:
+        raise RawEntryRefused(pb.PersistenceError, loaded.failure)
+    return loaded
+
+
+async def _durable(loaded: Topic, durable: asyncio.Future[int]) -> int:
+    """The entry's id once it is durable; RawEntryRefused if its ledger fails or closes
+    first (checked every _FAILURE_CHECK_INTERVAL seconds)."""
+    ledger = loaded.ledger
     while True:
         try:
-            entry_id = await asyncio.wait_for(asyncio.shield(durable), _FAILURE_CHECK_INTERVAL)
-            break
+            return await asyncio.wait_for(asyncio.shield(durable), _FAILURE_CHECK_INTERVAL)
         except TimeoutError:
             if ledger.failed or ledger.closed:
                 raise RawEntryRefused(
@@ -164,7 +183,6 @@ async def append_raw_entry(
                     loaded.failure or f"{loaded.name}: the ledger closed before the entry "
                     "was durable",
                 ) from None
-    return loaded.message_id(entry_id)
 
 
 def append_raw_entry_blocking(
