@@ -106,7 +106,7 @@ class ServerCnx(Handshake, Keepalive, ClientNotices, asyncio.Protocol):
         self._out: list[bytes] = []
         self._out_bytes = 0
         # Queued bytes that are written at once rather than at the end of the loop round.
-        self._flush_at = service.config.dispatch_max_bytes_per_round or sys.maxsize
+        self._flush_at = config.dispatch_max_bytes_per_round or sys.maxsize
         self._flush_scheduled = False
         self._last_seen = 0.0
         self._keepalive: asyncio.TimerHandle | None = None
@@ -116,7 +116,7 @@ class ServerCnx(Handshake, Keepalive, ClientNotices, asyncio.Protocol):
         self._admitted = False  # counted by service.connection_limits
         self._ip = "?"
         self._connect_timer: asyncio.TimerHandle | None = None
-        self._frame_timeout = service.config.frame_timeout
+        self._frame_timeout = config.frame_timeout
         self._frame_timer: asyncio.TimerHandle | None = None
         self._partial_since: float | None = None  # when the partial frame's first byte came
         # Backpressure: why reading is paused (PAUSED_* bits), frames read before it
@@ -126,7 +126,7 @@ class ServerCnx(Handshake, Keepalive, ClientNotices, asyncio.Protocol):
         self._reading_stopped = False  # transport.pause_reading() in force
         self._held: list[Frame] = []
         self._held_scheduled = False
-        self._max_pending = service.config.max_pending_publish_requests_per_connection
+        self._max_pending = config.max_pending_publish_requests_per_connection
         self._publish_buffer = service.publish_buffer
         self.pending_publishes = 0
         self.pending_publish_bytes = 0
