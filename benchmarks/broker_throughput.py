@@ -2,20 +2,37 @@
 
     .venv/bin/python benchmarks/broker_throughput.py [--messages 50000] [--size 100]
         [--batching] [--sync-policy always|interval] [--service-url URL]
+    .venv/bin/python benchmarks/broker_throughput.py --peer [--rounds 3] [--scale 1.0]
 
 Without --service-url an embedded broker (subprocess, fresh data dir) is started,
 so the client and the broker use different processes as in production. Prints a
 table; it is a measurement, not a test.
+
+--peer runs the scenarios of benchmarks/peer_scenarios.py against magnetar (its
+durable default, ``sync always``) and pulsar-lite (PyPI ``pulsar-lite``, a native
+broker; ``pip install -e '.[bench]'``) in the same run, the official client driving
+both: ``--rounds`` interleaved rounds, a fresh broker of each kind per round, and
+prints the medians side by side with their ratios, broker CPU per message among them.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import sys
 import tempfile
 import threading
 import time
 
 import pulsar
+from peer_brokers import (
+    PULSAR_LITE_INSTALL,
+    magnetar_broker,
+    pulsar_lite_binary,
+    pulsar_lite_broker,
+    version,
+)
+from peer_scenarios import Figures, run_round
 
 from magnetar.testing import EmbeddedBroker
 
@@ -87,7 +104,16 @@ def main() -> None:
     parser.add_argument("--batching", action="store_true")
     parser.add_argument("--sync-policy", default="always", choices=["always", "interval"])
     parser.add_argument("--service-url")
+    parser.add_argument(
+        "--peer", action="store_true", help="compare with pulsar-lite in the same run"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--peer: interleaved rounds")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="--peer: multiply the message counts"
+    )
     args = parser.parse_args()
+    if args.peer:
+        sys.exit(compare(args.rounds, args.scale, args.sync_policy))
     if args.service_url:
         results = run(args.service_url, args.messages, args.size, args.batching)
     else:
@@ -101,6 +127,82 @@ def main() -> None:
     )
     for name, value in results.items():
         print(f"  {name:>14}: {value:,.2f}")
+
+
+# ---------------------------------------------------------------- --peer
+
+# (label, figure keys, unit, digits): one table row each, figures joined by " / "
+ROWS: list[tuple[str, tuple[str, ...], str, int]] = [
+    ("publish sync: p50 / p99 / p999", ("sync p50", "sync p99", "sync p999"), "ms", 3),
+    ("e2e at 1000 msg/s: p50 / p99 / max", ("e2e p50", "e2e p99", "e2e max"), "ms", 3),
+    ("consume unbatched (higher is better)", ("consume msg/s",), "msg/s", 0),
+    ("broker CPU per message: publish sync", ("cpu publish sync",), "us", 2),
+    ("  consume unbatched", ("cpu consume unbatched",), "us", 2),
+    ("  consume batched", ("cpu consume batched",), "us", 2),
+    ("  fan-out, 4 subscriptions (per delivery)", ("cpu fan-out",), "us", 2),
+    ("  publish batched 100 B", ("cpu batched 100 B",), "us", 2),
+    ("  publish batched 1 KB", ("cpu batched 1 KB",), "us", 2),
+    ("  100 topics (batched, round-robin)", ("cpu 100 topics",), "us", 2),
+    ("creating 100 producers", ("create producers",), "s", 3),
+    ("broker peak RSS over a round", ("peak rss",), "MB", 1),
+]
+
+
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def compare(rounds: int, scale: float, sync_policy: str) -> int:
+    binary = pulsar_lite_binary()
+    if binary is None:
+        print(PULSAR_LITE_INSTALL, file=sys.stderr)
+        return 2
+    load_before = _loadavg()
+    results: dict[str, list[Figures]] = {"magnetar": [], "pulsar-lite": []}
+    for round_no in range(1, rounds + 1):
+
+        def log(step: str, round_no: int = round_no) -> None:
+            print(f"  round {round_no}: {step}", file=sys.stderr, flush=True)
+
+        # alternate who goes first, so a drift in the machine's load hits both alike
+        order = ["magnetar", "pulsar-lite"][:: 1 if round_no % 2 else -1]
+        for name in order:
+            started = (
+                magnetar_broker(sync_policy) if name == "magnetar" else pulsar_lite_broker(binary)
+            )
+            with started as broker:
+                results[name].append(run_round(broker, scale, log))
+    medians = {
+        name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for name, runs in results.items()
+    }
+    print()
+    print(
+        f"magnetar (sync {sync_policy!r}: fsync before each receipt) vs pulsar-lite "
+        f"{version('pulsar-lite')} (it has no sync setting: its RocksDB WAL is not fsynced; "
+        "strace counted 10 fsync/fdatasync over 500 sync sends, at start and stop); "
+        f"official pulsar-client {version('pulsar-client')} drives both; {rounds} interleaved "
+        f"rounds, medians; scale {scale}; load average {load_before} before, "
+        f"{_loadavg()} after"
+    )
+    print("ratio = magnetar / pulsar-lite (below 1 is better for magnetar, except msg/s)")
+    print()
+    width = max(len(label) for label, *_ in ROWS) + 2
+    print(f"{'scenario':<{width}}{'magnetar':>30}{'pulsar-lite':>30}{'ratio':>22}")
+    for label, keys, unit, digits in ROWS:
+        ours = [medians["magnetar"][k] for k in keys]
+        theirs = [medians["pulsar-lite"][k] for k in keys]
+        cells = [
+            " / ".join(f"{v:,.{digits}f}" for v in values) + f" {unit}"
+            for values in (ours, theirs)
+        ]
+        ratio = " / ".join(f"{a / b:.2f}" if b else "-" for a, b in zip(ours, theirs, strict=True))
+        print(f"{label:<{width}}{cells[0]:>30}{cells[1]:>30}{ratio:>22}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/rpc.py [--requests 2000] [--in-flight 64]
         [--throughput-requests 10000] [--size 100] [--sync-policy always|interval]
-        [--idle-poll-us N] [--service-url URL] [--only pip371|two-topic|one-way]
+        [--idle-poll-us N] [--service-url URL] [--only pip371|two-topic|one-way|nats]
         [--profile-broker FILE]
         [--profile-client FILE] [--profile-responder FILE]
 
@@ -23,6 +23,13 @@ awaiting their receipts) and the responder consumes and acks, with no reply at a
 Every request-reply pattern does at least that work per request, so one-way's
 throughput bounds what any reply path can reach on this broker and machine; the
 benchmark prints it against two-topic as a ceiling for the PIP-371 ratio.
+
+A reference row, **NATS core** request-reply (nothing persisted): a fresh
+``nats-server`` on loopback, a responder process whose subscription callback answers
+with ``msg.respond``, and ``nc.request`` (nats-py) on the requester's side, measured
+the same way; it runs when the ``nats-server`` binary and ``nats-py`` are installed
+(``apt-get install nats-server``; ``pip install -e '.[bench]'``) and is skipped with a
+note otherwise. Its "broker" CPU is nats-server's.
 
 Figures: sequential latency (one request at a time, after a warm-up) p50/p99,
 throughput with ``--in-flight`` requests outstanding at all times, and the CPU time
@@ -63,6 +70,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
 from typing import Any, TypeVar
+
+import rpc_nats
+from peer_brokers import cpu_seconds
 
 from magnetar.client import Client, Consumer
 from magnetar.testing import EmbeddedBroker
@@ -224,6 +234,7 @@ RESPONDERS = {
     "pip371": _respond_pip371,
     "two-topic": _respond_two_topic,
     "one-way": _respond_one_way,
+    "nats": rpc_nats.respond,
 }
 
 
@@ -282,9 +293,9 @@ def responder(kind: str, url: str, topic: str, profile: str | None) -> Iterator[
 class CpuMeter:
     """CPU time per request of each process, over the throughput window.
 
-    Other processes are read from /proc (Linux; user + system, all threads, in clock
-    ticks, so a window shorter than a second or so is coarse); this one from
-    ``os.times``.
+    Other processes are read from the kernel's process CPU clock (Linux; user +
+    system, all threads, in nanoseconds: /proc's 10 ms ticks would round a short
+    window away); this one from ``time.process_time``.
     """
 
     def __init__(self, pids: dict[str, int | None]) -> None:
@@ -294,16 +305,12 @@ class CpuMeter:
 
     def _read(self) -> dict[str, float]:
         times: dict[str, float] = {}
-        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         for role, pid in self.pids.items():
             try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
+                times[role] = cpu_seconds(pid)
             except OSError:
                 continue
-            times[role] = (int(fields[11]) + int(fields[12])) / ticks
-        own = os.times()
-        times["requester"] = own.user + own.system
+        times["requester"] = time.process_time()
         return times
 
     def start(self) -> None:
@@ -490,6 +497,13 @@ async def bench_one_way(
         return Figures(nan, nan, nan, rate, meter.per_request_us)
 
 
+async def bench_nats(
+    url: str, topic: str, args: argparse.Namespace, meter: CpuMeter, _: Responder
+) -> Figures:
+    async with rpc_nats.requester(url, topic) as request:
+        return await _measure(request, b"x" * args.size, args, meter)
+
+
 BenchFn = Callable[
     [str, str, argparse.Namespace, CpuMeter, Responder], Coroutine[Any, Any, Figures]
 ]
@@ -531,7 +545,7 @@ def main() -> None:
     )
     parser.add_argument("--service-url", help="measure this broker instead of starting one")
     parser.add_argument(
-        "--only", choices=["pip371", "two-topic", "one-way"], help="run one pattern"
+        "--only", choices=["pip371", "two-topic", "one-way", "nats"], help="run one pattern"
     )
     parser.add_argument("--profile-broker", metavar="FILE")
     parser.add_argument("--profile-client", metavar="FILE")
@@ -543,12 +557,23 @@ def main() -> None:
         ("PIP-371", "pip371", bench_pip371),
         ("two-topic", "two-topic", bench_two_topic),
         ("one-way", "one-way", bench_one_way),
+        ("NATS core", "nats", bench_nats),
     ]
     results: dict[str, Figures] = {}
-    with broker_url(args) as (url, broker_pid):
+    nats_missing = rpc_nats.missing()
+    with contextlib.ExitStack() as servers:
+        magnetar: tuple[str, int | None] | None = None
         for label, kind, fn in patterns:
             if args.only and args.only != kind:
                 continue
+            if kind == "nats":
+                if nats_missing:
+                    continue
+                url, broker_pid = servers.enter_context(rpc_nats.nats_server())
+            else:
+                if magnetar is None:
+                    magnetar = servers.enter_context(broker_url(args))
+                url, broker_pid = magnetar
             topic = f"persistent://public/default/rpc-bench-{kind}-{uuid.uuid4().hex[:8]}"
             profile = f"{args.profile_responder}.{kind}" if args.profile_responder else None
             with responder(kind, url, topic, profile) as serving:
@@ -577,6 +602,8 @@ def main() -> None:
             for ms in (fig.p50_ms, fig.p99_ms, fig.mean_ms)
         )
         print(f"{label:<12}{latency}{fig.rate:>24,.0f}")
+    if nats_missing and args.only in (None, "nats"):
+        print(f"{'NATS core':<12}  skipped: needs {nats_missing}")
     if "PIP-371" in results and "two-topic" in results:
         ours, theirs = results["PIP-371"], results["two-topic"]
         print(
@@ -595,6 +622,14 @@ def main() -> None:
                 for role in roles
             )
             print(f"{label:<12}{cells}{sum(fig.cpu_us.values()):>11.1f}")
+    if "PIP-371" in results and "NATS core" in results:
+        ours, nats = results["PIP-371"], results["NATS core"]
+        print()
+        print(
+            f"PIP-371 / NATS core: sequential p50 {ours.p50_ms / nats.p50_ms:.2f}x "
+            f"(target <= 1), {args.in_flight} in flight {ours.rate / nats.rate:.2f}x "
+            "(target >= 0.8)"
+        )
     if "one-way" in results and "two-topic" in results:
         ceiling = results["one-way"].rate / results["two-topic"].rate
         print()

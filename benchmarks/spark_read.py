@@ -1,5 +1,6 @@
 """The Spark source's read throughput, against spark.read.parquet of the same rows, and
-its streaming end-to-end latency per micro-batch.
+the job ``select("value").write.parquet`` from either, the write rate of
+``mode("append")``, and its streaming end-to-end latency per micro-batch.
 
 A broker in a child process gets a topic of ``--messages`` messages of ``--size`` bytes
 (batched, lz4).  With a local[2] session, the topic is read in full into Spark's
@@ -77,6 +78,17 @@ def timed_noop(df: Any, runs: int) -> float:
     for _ in range(runs):
         started = time.perf_counter()
         df.write.format("noop").mode("overwrite").save()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def timed_job(job: Any, runs: int) -> float:
+    """Best wall time of ``runs`` runs of ``job()`` (after one warm-up)."""
+    job()
+    best = float("inf")
+    for _ in range(runs):
+        started = time.perf_counter()
+        job()
         best = min(best, time.perf_counter() - started)
     return best
 
@@ -181,7 +193,36 @@ def main() -> int:
                   f"{n / t_parquet:>12,.0f} rows/s ({t_parquet:.2f} s)")
             print(f"  pulsar / parquet: {t_parquet / t_whole:.2f} (1 range), "
                   f"{t_parquet / t_cut:.2f} ({cut.rdd.getNumPartitions()} ranges)")
-            streaming_latency(spark, url, args.rate, args.stream_seconds)
+
+            # The job of a pipeline that lands a topic in files, from either source.
+            out = str(work / "job.parquet")
+
+            def to_files(df: Any) -> Any:
+                return lambda: df.select("value").write.mode("overwrite").parquet(out)
+
+            j_pulsar = timed_job(to_files(cut), args.runs)
+            j_parquet = timed_job(to_files(parquet), args.runs)
+            print(f"select('value').write.parquet, best of {args.runs}:")
+            print(f"  from pulsar, {cut.rdd.getNumPartitions()} range(s): "
+                  f"{n / j_pulsar:>12,.0f} rows/s ({j_pulsar:.2f} s)")
+            print(f"  from parquet:            {n / j_parquet:>12,.0f} rows/s ({j_parquet:.2f} s)")
+
+            # Writing: the same rows appended to a new topic, two tasks.
+            rows = parquet.select("value").repartition(2).cache()
+            rows.count()
+            started = time.perf_counter()
+            (rows.write.format("pulsar").option("service.url", url)
+             .option("topic", f"{topic}-copy").mode("append").save())
+            t_write = time.perf_counter() - started
+            rows.unpersist()
+            print(f"write mode('append'), {rows.rdd.getNumPartitions()} tasks: "
+                  f"{n / t_write:,.0f} rows/s ({t_write:.2f} s)")
+            print(f"RATIOS pulsar/parquet: noop {t_parquet / min(t_whole, t_cut):.2f}, "
+                  f"write.parquet job {j_parquet / j_pulsar:.2f}; "
+                  f"write {n / t_write:,.0f} rows/s; load "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            if args.stream_seconds > 0:
+                streaming_latency(spark, url, args.rate, args.stream_seconds)
         finally:
             spark.stop()
     shutil.rmtree(work, ignore_errors=True)

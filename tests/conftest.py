@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 
 import pulsar
 import pytest
+from official_client import official_clients
 
 from magnetar.testing import EmbeddedBroker
 
@@ -19,24 +19,11 @@ def broker() -> Iterator[EmbeddedBroker]:
         yield b
 
 
-def quiet_logger() -> pulsar.ConsoleLogger:
-    return pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
-
-
 @pytest.fixture
-def client_factory() -> Iterator[Callable[[str], pulsar.Client]]:
-    clients: list[pulsar.Client] = []
-
-    def make(url: str, **kwargs: object) -> pulsar.Client:
-        kwargs.setdefault("operation_timeout_seconds", 10)
-        client = pulsar.Client(url, logger=quiet_logger(), **kwargs)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        with contextlib.suppress(Exception):
-            client.close()
+def client_factory() -> Iterator[Callable[..., pulsar.Client]]:
+    """Official clients for a test (quiet, closed at its end): ``client_factory(url)``."""
+    with official_clients() as make:
+        yield make
 
 
 @pytest.fixture

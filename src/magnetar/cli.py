@@ -2,7 +2,7 @@
 ``magnetar repair`` cuts a topic's log before a corrupt record; ``magnetar tokens``
 makes keys and tokens for token authentication; ``magnetar healthcheck`` asks a
 running broker's health route; ``admin``, ``produce``, ``consume``,
-``perf`` and ``request`` are clients (``magnetar.commands``)."""
+``perf``, ``request`` and ``mirror`` are clients (``magnetar.commands``)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     repair.add_argument("--dry-run", action="store_true", help="only say what would be cut")
     add_tokens_parser(commands)
     add_healthcheck_parser(commands)
-    register_client_commands(commands)  # admin, produce, consume, perf, request
+    register_client_commands(commands)  # admin, produce, consume, perf, request, mirror
     return parser
 
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_tokens(args)
     if args.command == "healthcheck":
         return run_healthcheck(args)
-    if args.command in ("admin", "produce", "consume", "perf", "request"):
+    if args.command in ("admin", "produce", "consume", "perf", "request", "mirror"):
         return run_client_command(args)
     if args.command == "repair":
         return repair(args.topic, args.data_dir, args.dry_run)

@@ -9,19 +9,17 @@ and the non-persistent domain.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pulsar
 import pytest
+from admin_http import http
+from official_client import quiet_logger
 from prometheus_client.parser import text_string_to_metric_families
 
 from magnetar.testing import EmbeddedBroker
@@ -29,17 +27,6 @@ from magnetar.testing import EmbeddedBroker
 NS = "/admin/v2/persistent/public/default"
 NP_NS = "/admin/v2/non-persistent/public/default"
 T = TypeVar("T")
-
-
-@dataclass
-class Reply:
-    status: int
-    reason: str
-    body: str
-    headers: dict[str, str]
-
-    def json(self) -> Any:
-        return json.loads(self.body)
 
 
 @pytest.fixture(scope="module")
@@ -50,32 +37,15 @@ def admin_broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture
-def pulsar_client(admin_broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(
-        admin_broker.service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
-        operation_timeout_seconds=10,
-    )
-    try:
-        yield client
-    finally:
-        client.close()
+def pulsar_client(
+    admin_broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
+) -> pulsar.Client:
+    return client_factory(admin_broker.service_url)
 
 
 @pytest.fixture
 def local() -> str:
     return f"adm-{uuid.uuid4().hex[:10]}"
-
-
-def http(broker: EmbeddedBroker, method: str, path: str, body: bytes | None = None) -> Reply:
-    request = urllib.request.Request(f"{broker.admin_url}{path}", data=body, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return Reply(
-                response.status, response.reason, response.read().decode(), dict(response.headers)
-            )
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, exc.reason, exc.read().decode(), dict(exc.headers))
 
 
 def ok_json(broker: EmbeddedBroker, path: str) -> Any:
@@ -95,7 +65,7 @@ def metric(text: str, name: str, topic: str) -> float | None:
 def scrape(broker: EmbeddedBroker, path: str = "/metrics") -> str:
     reply = http(broker, "GET", path)
     assert reply.status == 200
-    return reply.body
+    return reply.text
 
 
 def wait_for(probe: Callable[[], T], done: Callable[[T], bool], timeout: float = 5.0) -> T:
@@ -130,7 +100,7 @@ def test_metrics_count_messages_producers_subscriptions_and_backlog(
     reply = http(admin_broker, "GET", "/metrics")
     assert reply.status == 200
     assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    text = reply.body
+    text = reply.text
     assert metric(text, "pulsar_in_messages_total", topic) == len(sent)
     assert metric(text, "pulsar_producers_count", topic) == 1
     assert metric(text, "pulsar_subscriptions_count", topic) == 1
@@ -197,7 +167,7 @@ def test_other_tenants_and_namespaces_once_created(
     # As in Pulsar, a topic's namespace must exist first (tests/admin/test_tenants_namespaces.py).
     missing = http(admin_broker, "PUT", f"/admin/v2/persistent/{tenant}/orders/incoming")
     assert missing.status == 404
-    assert json.loads(missing.body) == {"reason": f"Namespace {tenant}/orders does not exist"}
+    assert missing.json() == {"reason": f"Namespace {tenant}/orders does not exist"}
     assert http(admin_broker, "PUT", f"/admin/v2/tenants/{tenant}").status == 204
     assert http(admin_broker, "PUT", f"/admin/v2/namespaces/{tenant}/orders").status == 204
     assert http(admin_broker, "PUT", f"/admin/v2/persistent/{tenant}/orders/incoming").status == 204
@@ -276,7 +246,7 @@ def test_partitioned_topic_is_created_and_served_to_the_official_client(
 ) -> None:
     base = f"persistent://public/default/{local}"
     reply = http(admin_broker, "PUT", f"{NS}/{local}/partitions", b"3")
-    assert (reply.status, reply.body) == (204, "")
+    assert (reply.status, reply.text) == (204, "")
     assert ok_json(admin_broker, f"{NS}/{local}/partitions") == {"partitions": 3}
     assert ok_json(admin_broker, f"{NS}/{local}-never-made/partitions") == {"partitions": 0}
 
@@ -316,7 +286,7 @@ def test_bad_partition_counts_are_refused_and_create_nothing(
 ) -> None:
     reply = http(admin_broker, "PUT", f"{NS}/{local}/partitions", body)
     assert (reply.status, reply.reason) == (status, reason)
-    assert reason in reply.body
+    assert reason in reply.text
     assert ok_json(admin_broker, f"{NS}/{local}/partitions") == {"partitions": 0}
     assert f"persistent://public/default/{local}" not in ok_json(admin_broker, f"{NS}/partitioned")
 
@@ -339,7 +309,7 @@ def test_partitions_cannot_be_made_on_a_partition_name_or_an_existing_topic(
 def test_put_creates_a_non_partitioned_topic(admin_broker: EmbeddedBroker, local: str) -> None:
     full = f"persistent://public/default/{local}"
     reply = http(admin_broker, "PUT", f"{NS}/{local}")
-    assert (reply.status, reply.body) == (204, "")
+    assert (reply.status, reply.text) == (204, "")
     assert full in ok_json(admin_broker, NS)
     assert topic_dir(admin_broker, local).is_dir()
     stats = ok_json(admin_broker, f"{NS}/{local}/stats")
@@ -433,7 +403,7 @@ def test_delete_refuses_a_busy_topic_then_removes_it_and_its_data(
     producer.close()
     consumer.close()
     reply = http(admin_broker, "DELETE", f"{NS}/{local}")
-    assert (reply.status, reply.body) == (204, "")
+    assert (reply.status, reply.text) == (204, "")
     assert topic not in ok_json(admin_broker, NS)
     assert not topic_dir(admin_broker, local).exists()
     assert http(admin_broker, "GET", f"{NS}/{local}/stats").status == 404
@@ -537,7 +507,7 @@ def test_invalid_names_are_412_with_the_reason(
     body = b"2" if path.endswith("/partitions") and method == "PUT" else None
     reply = http(admin_broker, method, path, body)
     assert (reply.status, reply.reason) == (412, reason)
-    assert reason in reply.body
+    assert reason in reply.text
 
 
 # ------------------------------------------------------------------ non-persistent
@@ -582,7 +552,7 @@ def test_put_creates_a_topic_even_where_clients_may_not(local: str) -> None:
     with EmbeddedBroker(admin=True, allow_auto_topic_creation=False) as broker:
         client = pulsar.Client(
             broker.service_url,
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            logger=quiet_logger(),
             operation_timeout_seconds=5,
         )
         try:

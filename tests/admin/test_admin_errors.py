@@ -9,10 +9,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from admin_http import Reply, http, ok
 
 from magnetar.testing import EmbeddedBroker
-
-from .admin_http import Reply, http, ok
 
 NS = "/admin/v2/persistent/public/default"
 

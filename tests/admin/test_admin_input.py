@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from admin_http import Reply, http
+from official_client import quiet_logger
 
 from magnetar.protocol.frames import FrameDecoder, encode_command
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker
-
-from .admin_http import Reply, http
 
 NS = "/admin/v2/persistent/public/default"
 MAX_JSON_DEPTH = 64  # the bound (magnetar.admin.inputs)
@@ -36,7 +36,7 @@ def broker() -> Iterator[EmbeddedBroker]:
 def topic(broker: EmbeddedBroker) -> str:
     """A topic with a subscription ``s``, for the routes' path parameters."""
     local = f"input-{uuid.uuid4().hex[:8]}"
-    quiet = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    quiet = quiet_logger()
     client = pulsar.Client(broker.service_url, logger=quiet)
     try:
         client.subscribe(f"persistent://public/default/{local}", "s").close()

@@ -5,58 +5,25 @@ topics (set, read, applied, removed, refused, kept across a restart)."""
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
+from admin_http import http
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
 
 NS_PATH = "/admin/v2/namespaces/public/default/compactionThreshold"
 
 
-@dataclass
-class Reply:
-    status: int
-    body: str
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def http(broker: EmbeddedBroker, method: str, path: str, body: bytes | None = None) -> Reply:
-    request = urllib.request.Request(
-        f"{broker.admin_url}{path}", data=body, method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return Reply(response.status, response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, exc.reason or exc.read().decode())
-
-
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(admin=True, data_dir=tmp_path_factory.mktemp("compaction-api")) as b:
         yield b
-
-
-@pytest.fixture
-def pulsar_client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(broker.service_url,
-                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-                           operation_timeout_seconds=10)
-    yield client
-    client.close()
 
 
 def new_topic() -> str:
@@ -89,14 +56,14 @@ def wait_status(broker: EmbeddedBroker, topic: str) -> dict[str, str]:
 
 
 def test_status_goes_from_not_run_to_success(broker: EmbeddedBroker,
-                                             pulsar_client: pulsar.Client) -> None:
+                                             client: pulsar.Client) -> None:
     topic = new_topic()
-    fill(pulsar_client, topic, 50)
+    fill(client, topic, 50)
     reply = http(broker, "GET", rest(topic) + "/compaction")
     assert (reply.status, reply.json()) == (200, {"status": "NOT_RUN", "lastError": ""})
     assert http(broker, "PUT", rest(topic) + "/compaction").status == 204
     assert wait_status(broker, topic) == {"status": "SUCCESS", "lastError": ""}
-    reader = pulsar_client.create_reader(topic, pulsar.MessageId.earliest,
+    reader = client.create_reader(topic, pulsar.MessageId.earliest,
                                          is_read_compacted=True)
     values = []
     while True:
@@ -111,23 +78,23 @@ def test_status_goes_from_not_run_to_success(broker: EmbeddedBroker,
 
 
 def test_a_second_trigger_while_running_is_a_conflict(
-    broker: EmbeddedBroker, pulsar_client: pulsar.Client
+    broker: EmbeddedBroker, client: pulsar.Client
 ) -> None:
     topic = new_topic()
-    fill(pulsar_client, topic, 30_000, keys=3000)
+    fill(client, topic, 30_000, keys=3000)
     assert http(broker, "PUT", rest(topic) + "/compaction").status == 204
     again = http(broker, "PUT", rest(topic) + "/compaction")
     assert again.status == 409
-    assert "already in progress" in again.body
+    assert "already in progress" in again.text
     assert wait_status(broker, topic)["status"] == "SUCCESS"
     assert http(broker, "PUT", rest(topic) + "/compaction").status == 204  # done: allowed
     assert wait_status(broker, topic)["status"] == "SUCCESS"
 
 
 def test_a_failed_compaction_reports_error(broker: EmbeddedBroker,
-                                           pulsar_client: pulsar.Client) -> None:
+                                           client: pulsar.Client) -> None:
     topic = new_topic()
-    fill(pulsar_client, topic, 10)
+    fill(client, topic, 10)
     service = broker.service
     assert service is not None
     # Where the compacted ledger goes, a file: the compactor cannot write there.
@@ -143,11 +110,11 @@ def test_a_failed_compaction_reports_error(broker: EmbeddedBroker,
 
 
 def test_partitioned_topics_compact_every_partition(
-    broker: EmbeddedBroker, pulsar_client: pulsar.Client
+    broker: EmbeddedBroker, client: pulsar.Client
 ) -> None:
     topic = new_topic()
     assert http(broker, "PUT", rest(topic) + "/partitions", b"3").status == 204
-    fill(pulsar_client, topic, 60)
+    fill(client, topic, 60)
     assert http(broker, "PUT", rest(topic) + "/compaction").status == 204
     assert wait_status(broker, topic) == {"status": "SUCCESS", "lastError": ""}
     for index in range(3):
@@ -181,9 +148,9 @@ def test_namespace_threshold_set_read_removed(broker: EmbeddedBroker) -> None:
 
 
 def test_topic_threshold_overrides_the_namespace(broker: EmbeddedBroker,
-                                                 pulsar_client: pulsar.Client) -> None:
+                                                 client: pulsar.Client) -> None:
     topic = new_topic()
-    fill(pulsar_client, topic, 1)
+    fill(client, topic, 1)
     path = rest(topic) + "/compactionThreshold"
     assert http(broker, "GET", path).status == 204
     assert http(broker, "GET", path + "?applied=true").json() == 0  # the broker's: off
@@ -201,11 +168,11 @@ def test_topic_threshold_overrides_the_namespace(broker: EmbeddedBroker,
 
 
 def test_a_threshold_creates_the_compaction_cursor(broker: EmbeddedBroker,
-                                                   pulsar_client: pulsar.Client) -> None:
+                                                   client: pulsar.Client) -> None:
     """Pulsar's preCreateSubscriptionForCompactionIfNeeded: with a threshold in force
     the compactor's cursor exists before any compaction, holding the backlog."""
     topic = new_topic()
-    fill(pulsar_client, topic, 3)
+    fill(client, topic, 3)
     stats = http(broker, "GET", rest(topic) + "/stats").json()
     assert "__compaction" not in stats["subscriptions"]
     assert http(broker, "POST", rest(topic) + "/compactionThreshold", b"1000000").status == 204
@@ -217,7 +184,7 @@ def test_thresholds_survive_a_restart(tmp_path: Path) -> None:
     topic = new_topic()
     with EmbeddedBroker(admin=True, data_dir=tmp_path) as broker:
         client = pulsar.Client(broker.service_url,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         fill(client, topic, 1)
         client.close()
         assert http(broker, "POST", rest(topic) + "/compactionThreshold", b"1234").status == 204

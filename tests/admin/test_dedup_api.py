@@ -7,56 +7,22 @@ restart, partitioned topics, refusals."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
+from admin_http import http
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
-
-
-@dataclass
-class Reply:
-    status: int
-    body: str
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def http(broker: EmbeddedBroker, method: str, path: str, body: bytes | None = None) -> Reply:
-    request = urllib.request.Request(
-        f"{broker.admin_url}{path}", data=body, method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return Reply(response.status, response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, exc.read().decode())
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(admin=True, data_dir=tmp_path_factory.mktemp("dedup")) as b:
         yield b
-
-
-@pytest.fixture
-def pulsar_client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(
-        broker.service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        operation_timeout_seconds=10,
-    )
-    yield client
-    client.close()
 
 
 def ensure_namespace(broker: EmbeddedBroker, namespace: str) -> str:
@@ -147,7 +113,7 @@ def test_refusals(broker: EmbeddedBroker, namespace: str) -> None:
 
 
 def test_partitioned_topic_switch_is_set_on_its_partitions(
-    broker: EmbeddedBroker, pulsar_client: pulsar.Client, namespace: str
+    broker: EmbeddedBroker, client: pulsar.Client, namespace: str
 ) -> None:
     topic = f"persistent://{namespace}/parted"
     domain, rest = topic.split("://")
@@ -156,41 +122,41 @@ def test_partitioned_topic_switch_is_set_on_its_partitions(
     assert http(broker, "GET", topic_path(topic)).json() is True
     for index in range(2):
         assert http(broker, "GET", topic_path(f"{topic}-partition-{index}")).json() is True
-        assert deduplicates(pulsar_client, f"{topic}-partition-{index}")
+        assert deduplicates(client, f"{topic}-partition-{index}")
 
 
 # ------------------------------------------------------------------ what the client sees
 
 
 def test_topic_overrides_namespace_overrides_broker(
-    broker: EmbeddedBroker, pulsar_client: pulsar.Client, namespace: str
+    broker: EmbeddedBroker, client: pulsar.Client, namespace: str
 ) -> None:
     loaded = f"persistent://{namespace}/loaded"
-    assert not deduplicates(pulsar_client, loaded)  # the broker's default: off
+    assert not deduplicates(client, loaded)  # the broker's default: off
 
     assert http(broker, "POST", ns_path(namespace), b"true").status == 204
-    assert deduplicates(pulsar_client, loaded)  # applied to the loaded topic at once
-    assert deduplicates(pulsar_client, f"persistent://{namespace}/new")
+    assert deduplicates(client, loaded)  # applied to the loaded topic at once
+    assert deduplicates(client, f"persistent://{namespace}/new")
 
     topic = f"persistent://{namespace}/own"
     create_topic(broker, topic)
     assert http(broker, "POST", topic_path(topic), b"false").status == 204
-    assert not deduplicates(pulsar_client, topic)
+    assert not deduplicates(client, topic)
     stats = http(broker, "GET", topic_path(topic, "stats")).json()
     assert stats["deduplicationStatus"] == "Disabled"
 
     assert http(broker, "DELETE", topic_path(topic)).status == 204
-    assert deduplicates(pulsar_client, topic)  # back to the namespace's
+    assert deduplicates(client, topic)  # back to the namespace's
     assert http(broker, "GET", topic_path(topic, "stats")).json()[
         "deduplicationStatus"] == "Enabled"
 
     assert http(broker, "DELETE", ns_path(namespace)).status == 204
-    assert not deduplicates(pulsar_client, loaded)
+    assert not deduplicates(client, loaded)
 
 
 def test_namespace_off_under_a_broker_that_has_it_on(tmp_path: Path) -> None:
     with EmbeddedBroker(admin=True, data_dir=tmp_path, broker_deduplication_enabled=True) as b:
-        client = pulsar.Client(b.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        client = pulsar.Client(b.service_url, logger=quiet_logger())
         try:
             ensure_namespace(b, "acme/on")
             ensure_namespace(b, "acme/off")
@@ -230,7 +196,7 @@ def test_switches_survive_a_restart(tmp_path: Path) -> None:
     with EmbeddedBroker(admin=True, data_dir=tmp_path) as b:
         assert http(b, "GET", ns_path("acme/keep")).json() is True
         assert http(b, "GET", topic_path("persistent://acme/keep/t2")).json() is False
-        client = pulsar.Client(b.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        client = pulsar.Client(b.service_url, logger=quiet_logger())
         try:
             assert deduplicates(client, topic)
             assert not deduplicates(client, "persistent://acme/keep/t2")

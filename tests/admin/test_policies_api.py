@@ -5,17 +5,13 @@ client receives, persistence across a restart, partitioned topics, and refusals.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
+from admin_http import http
 
 from magnetar.testing import EmbeddedBroker
 
@@ -30,50 +26,12 @@ SETTINGS = {
 }
 
 
-@dataclass
-class Reply:
-    status: int
-    reason: str
-    body: str
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def http(broker: EmbeddedBroker, method: str, path: str, body: object = None) -> Reply:
-    data = None
-    if body is not None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(
-        f"{broker.admin_url}{path}",
-        data=data,
-        method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return Reply(response.status, response.reason, response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, exc.reason, exc.read().decode())
-
-
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(
         admin=True, data_dir=tmp_path_factory.mktemp("policies"), **SETTINGS
     ) as b:
         yield b
-
-
-@pytest.fixture
-def pulsar_client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(
-        broker.service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        operation_timeout_seconds=10,
-    )
-    yield client
-    client.close()
 
 
 @pytest.fixture
@@ -172,23 +130,23 @@ def test_left_out_fields_take_their_defaults(broker: EmbeddedBroker, namespace: 
 
 
 def test_topic_overrides_namespace_overrides_broker(
-    broker: EmbeddedBroker, pulsar_client: pulsar.Client, namespace: str
+    broker: EmbeddedBroker, client: pulsar.Client, namespace: str
 ) -> None:
-    held_by_broker = nack_once(pulsar_client, f"persistent://{namespace}/a", b"a")
+    held_by_broker = nack_once(client, f"persistent://{namespace}/a", b"a")
     assert not redelivered_soon(held_by_broker)  # the broker's 10 minutes
 
     assert http(broker, "POST", ns_path(namespace), OFF).status == 204
-    off_by_namespace = nack_once(pulsar_client, f"persistent://{namespace}/b", b"b")
+    off_by_namespace = nack_once(client, f"persistent://{namespace}/b", b"b")
     assert redelivered_soon(off_by_namespace)
 
     topic = f"persistent://{namespace}/c"
     create_topic(broker, topic)
     assert http(broker, "POST", topic_path(topic), LONG).status == 204
-    held_by_topic = nack_once(pulsar_client, topic, b"c1")
+    held_by_topic = nack_once(client, topic, b"c1")
     assert not redelivered_soon(held_by_topic)
 
     assert http(broker, "DELETE", topic_path(topic)).status == 204
-    back_to_namespace = nack_once(pulsar_client, topic, b"c2")
+    back_to_namespace = nack_once(client, topic, b"c2")
     assert redelivered_soon(back_to_namespace)
 
 

@@ -8,9 +8,6 @@ right after still has it. Refusals carry their status and reason.
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from http.client import HTTPConnection
@@ -18,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from admin_http import http
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from magnetar.client import (
@@ -46,20 +44,8 @@ def local() -> str:
     return f"raw-{uuid.uuid4().hex[:10]}"
 
 
-def http(broker: EmbeddedBroker, method: str, path: str, body: bytes | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, str, Any]:
-    request = urllib.request.Request(f"{broker.admin_url}{path}", data=body, method=method,
-                                     headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            text = response.read().decode()
-            return response.status, response.reason, json.loads(text) if text else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.reason, exc.read().decode()
-
-
 def create(broker: EmbeddedBroker, local: str) -> None:
-    assert http(broker, "PUT", f"{NS}/{local}")[0] == 204
+    assert http(broker, "PUT", f"{NS}/{local}").status == 204
 
 
 def kafka_batch(n: int) -> bytes:
@@ -106,11 +92,12 @@ async def read(url: str, topic: str, n: int, processor: Any) -> list[Any]:
 def test_post_with_query_parameters(ingest_broker: EmbeddedBroker, local: str) -> None:
     create(ingest_broker, local)
     batch = kafka_batch(3)
-    status, _, answer = http(
+    reply = http(
         ingest_broker, "POST",
         f"{NS}/{local}/entries?num_messages=3&property=entry.format=kafka&property=a=b%3Dc"
         "&key=user-%C3%A9&ordering_key=ok&event_time=1700000000999&producer_name=kop"
         "&sequence_id=41", batch)
+    status, answer = reply.status, reply.value()
     assert status == 200
     assert set(answer) == {"ledgerId", "entryId", "partitionIndex"}
     assert answer["partitionIndex"] == -1
@@ -133,14 +120,14 @@ def test_post_with_headers_and_query_over_header(
     ingest_broker: EmbeddedBroker, local: str
 ) -> None:
     create(ingest_broker, local)
-    status, _, _ = http(ingest_broker, "POST", f"{NS}/{local}/entries?key=from-query",
-                        b"opaque bytes", headers={
-                            "X-Magnetar-Property": "entry.format=custom",
-                            "X-Magnetar-Key": "from-header",
-                            "X-Magnetar-Producer-Name": "handler",
-                            "Content-Type": "application/octet-stream",
-                        })
-    assert status == 200
+    reply = http(ingest_broker, "POST", f"{NS}/{local}/entries?key=from-query",
+                 b"opaque bytes", headers={
+                     "X-Magnetar-Property": "entry.format=custom",
+                     "X-Magnetar-Key": "from-header",
+                     "X-Magnetar-Producer-Name": "handler",
+                     "Content-Type": "application/octet-stream",
+                 })
+    assert reply.status == 200
     recorder = Recorder()
     recorder.kafka = KafkaPayloadProcessor(fallback=DEFAULT_PROCESSOR)
     (msg,) = asyncio.run(read(ingest_broker.service_url, f"persistent://public/default/{local}",
@@ -157,8 +144,9 @@ def test_a_payload_over_one_mebibyte_up_to_the_message_size(
 ) -> None:
     create(ingest_broker, local)
     big = bytes(range(256)) * (MAX_MESSAGE_SIZE // 256)
-    assert http(ingest_broker, "POST", f"{NS}/{local}/entries", big)[0] == 200
-    status, reason, _ = http(ingest_broker, "POST", f"{NS}/{local}/entries", big + b"!")
+    assert http(ingest_broker, "POST", f"{NS}/{local}/entries", big).status == 200
+    reply = http(ingest_broker, "POST", f"{NS}/{local}/entries", big + b"!")
+    status, reason = reply.status, reply.reason
     assert status == 413, reason
     (msg,) = asyncio.run(read(ingest_broker.service_url, f"persistent://public/default/{local}",
                               1, DEFAULT_PROCESSOR))
@@ -219,28 +207,33 @@ def test_properties_count_toward_the_frame_limit(
 def test_bad_fields_are_400(ingest_broker: EmbeddedBroker, local: str, query: str,
                             status: int, words: str) -> None:
     create(ingest_broker, local)
-    got, reason, _ = http(ingest_broker, "POST", f"{NS}/{local}/entries?{query}", b"x")
+    reply = http(ingest_broker, "POST", f"{NS}/{local}/entries?{query}", b"x")
+    got, reason = reply.status, reply.reason
     assert got == status and words in reason
 
 
 def test_refusals_by_topic(ingest_broker: EmbeddedBroker, local: str) -> None:
     # No such topic, and this broker does not create topics on use.
-    status, reason, _ = http(ingest_broker, "POST", f"{NS}/{local}/entries", b"x")
+    reply = http(ingest_broker, "POST", f"{NS}/{local}/entries", b"x")
+    status, reason = reply.status, reply.reason
     assert (status, "does not exist" in reason) == (404, True)
     # Partitioned: post to a partition.
-    assert http(ingest_broker, "PUT", f"{NS}/{local}/partitions", b"2")[0] == 204
-    status, reason, _ = http(ingest_broker, "POST", f"{NS}/{local}/entries", b"x")
+    assert http(ingest_broker, "PUT", f"{NS}/{local}/partitions", b"2").status == 204
+    reply = http(ingest_broker, "POST", f"{NS}/{local}/entries", b"x")
+    status, reason = reply.status, reply.reason
     assert (status, "partitioned" in reason) == (409, True)
-    status, _, answer = http(ingest_broker, "POST", f"{NS}/{local}-partition-1/entries", b"x")
+    reply = http(ingest_broker, "POST", f"{NS}/{local}-partition-1/entries", b"x")
+    status, answer = reply.status, reply.value()
     assert (status, answer["partitionIndex"]) == (200, 1)
     # Terminated.
     create(ingest_broker, local + "-t")
-    assert http(ingest_broker, "POST", f"{NS}/{local}-t/terminate")[0] == 200
-    status, reason, _ = http(ingest_broker, "POST", f"{NS}/{local}-t/entries", b"x")
+    assert http(ingest_broker, "POST", f"{NS}/{local}-t/terminate").status == 200
+    reply = http(ingest_broker, "POST", f"{NS}/{local}-t/entries", b"x")
+    status, reason = reply.status, reply.reason
     assert (status, "terminated" in reason) == (409, True)
     # An invalid name.
-    status, reason, _ = http(ingest_broker, "POST", "/admin/v2/persistent/public/bad!ns/x/entries",
-                             b"x")
+    reply = http(ingest_broker, "POST", "/admin/v2/persistent/public/bad!ns/x/entries", b"x")
+    status, reason = reply.status, reply.reason
     assert (status, "invalid namespace" in reason) == (412, True)
 
 
@@ -252,9 +245,10 @@ def test_an_acknowledged_post_survives_sigkill(tmp_path: Path) -> None:
         create(broker, local)
         ids = []
         for i in range(5):
-            status, _, answer = http(
+            reply = http(
                 broker, "POST", f"{NS}/{local}/entries?num_messages=2&property=entry.format=kafka"
                 f"&sequence_id={i}", kafka_batch(2))
+            status, answer = reply.status, reply.value()
             assert status == 200
             ids.append((answer["ledgerId"], answer["entryId"]))
         broker.kill()

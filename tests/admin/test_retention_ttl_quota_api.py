@@ -6,15 +6,12 @@ does with them: tests/broker/test_policies_enforced.py."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from admin_http import http
 
 from magnetar.testing import EmbeddedBroker
 
@@ -26,28 +23,6 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "backlog_quota_default_limit_second": -1,
     "backlog_quota_default_retention_policy": "producer_exception",
 }
-
-
-@dataclass
-class Reply:
-    status: int
-    body: str
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def http(broker: EmbeddedBroker, method: str, path: str, body: object = None) -> Reply:
-    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        f"{broker.admin_url}{path}", data=data, method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return Reply(response.status, response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, exc.read().decode())
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +132,7 @@ def test_a_quota_must_stay_under_the_retention(broker: EmbeddedBroker, namespace
     big = {"limitSize": 2 * 1024 * 1024, "policy": "producer_exception"}
     reply = http(broker, "POST", base + "/backlogQuota", big)
     assert reply.status == 412
-    assert "retention" in reply.body.lower()
+    assert "retention" in reply.text.lower()
     assert http(broker, "POST", base + "/backlogQuota",
                 {"limitSize": 1024, "limitTime": 600, "policy": "producer_exception"}).status == 204
     # And the other way round: retention may not shrink below the quota (10 min).

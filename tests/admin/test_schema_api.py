@@ -6,8 +6,6 @@ posted schema, partitioned topics, and persistence across a restart."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 
 import pulsar
 import pytest
+from admin_http import answer
 from pulsar.schema import AvroSchema, Integer, Record, String
 
 from magnetar.testing import EmbeddedBroker
@@ -48,20 +47,6 @@ UserWithAge = type(
 )
 
 
-def http(admin_url: str, method: str, path: str, body: object = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        admin_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            text = response.read().decode()
-            return response.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as exc:
-        text = exc.read().decode()
-        return exc.code, json.loads(text) if text.startswith("{") else text
-
-
 @pytest.fixture(scope="module")
 def api_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(data_dir=tmp_path_factory.mktemp("schema-api"), admin=True) as broker:
@@ -72,7 +57,7 @@ def api_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBro
 def admin(api_broker: EmbeddedBroker) -> Callable[..., tuple[int, Any]]:
     url = api_broker.admin_url
     assert url is not None
-    return lambda method, path, body=None: http(url, method, path, body)
+    return lambda method, path, body=None: answer(url, method, path, body)
 
 
 @pytest.fixture
@@ -211,17 +196,17 @@ def test_schemas_survive_a_restart(
     with EmbeddedBroker(data_dir=tmp_path / "data", admin=True) as broker:
         assert broker.admin_url is not None
         base = "/admin/v2/schemas/public/default/kept"
-        http(broker.admin_url, "POST", base + "/schema", payload(V0))
-        http(broker.admin_url, "POST", base + "/schema", payload(V1))
-        http(broker.admin_url, "DELETE", base + "/schema")
-        http(broker.admin_url, "POST", base + "/schema", payload(V0))
-        before = http(broker.admin_url, "GET", base + "/schemas")
+        answer(broker.admin_url, "POST", base + "/schema", payload(V0))
+        answer(broker.admin_url, "POST", base + "/schema", payload(V1))
+        answer(broker.admin_url, "DELETE", base + "/schema")
+        answer(broker.admin_url, "POST", base + "/schema", payload(V0))
+        before = answer(broker.admin_url, "GET", base + "/schemas")
         broker.restart()
         assert broker.admin_url is not None
-        after = http(broker.admin_url, "GET", base + "/schemas")
+        after = answer(broker.admin_url, "GET", base + "/schemas")
         assert after == before
         assert [s["version"] for s in after[1]["getSchemaResponses"]] == [3]
-        assert http(broker.admin_url, "POST", base + "/schema", payload(CHANGED))[0] == 409
+        assert answer(broker.admin_url, "POST", base + "/schema", payload(CHANGED))[0] == 409
         client = client_factory(broker.service_url)
         with pytest.raises(pulsar.IncompatibleSchema):
             client.create_producer(

@@ -10,43 +10,19 @@ deleted, and a data directory written before namespaces were registered keeps it
 
 from __future__ import annotations
 
-import json
 import shutil
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
+from admin_http import Reply, http
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
 
 TENANT_INFO = {"adminRoles": [], "allowedClusters": ["standalone"]}
-
-
-@dataclass
-class Reply:
-    status: int
-    body: str
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def http(broker: EmbeddedBroker, method: str, path: str, body: object = None) -> Reply:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{broker.admin_url}{path}", data=data, method=method)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return Reply(response.status, response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, exc.read().decode())
 
 
 def refused(reply: Reply, status: int, reason: str) -> bool:
@@ -63,14 +39,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 
 
 @pytest.fixture
-def client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(
-        broker.service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        operation_timeout_seconds=30,
-    )
-    yield client
-    client.close()
+def client(
+    broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
+) -> pulsar.Client:
+    return client_factory(broker.service_url, operation_timeout_seconds=30)
 
 
 @pytest.fixture
@@ -272,7 +244,7 @@ def test_an_older_data_dir_keeps_the_namespaces_its_topics_are_in(tmp_path: Path
         assert http(broker, "POST", "/admin/v2/namespaces/legacy/tuned/redeliveryBackoff",
                     backoff).status == 204
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         try:
             client.create_producer(topic).send(b"from before")
         finally:
@@ -289,7 +261,7 @@ def test_an_older_data_dir_keeps_the_namespaces_its_topics_are_in(tmp_path: Path
         assert http(broker, "GET", "/admin/v2/namespaces/legacy/tuned/redeliveryBackoff"
                     ).json() == backoff
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         try:
             reader = client.create_reader(topic, pulsar.MessageId.earliest)
             assert reader.read_next(10_000).data() == b"from before"

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pulsar
 import pytest
+from admin_http import http, ok, wait_for
 
 from magnetar.broker.observability.rates import MovingRate, RateTracker
 from magnetar.testing import EmbeddedBroker
-
-from .admin_http import http, ok, wait_for
 
 NS = "/admin/v2/persistent/public/default"
 
@@ -29,13 +28,10 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture
-def client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
-                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-    try:
-        yield client
-    finally:
-        client.close()
+def client(
+    broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
+) -> pulsar.Client:
+    return client_factory(broker.service_url, operation_timeout_seconds=30)
 
 
 @pytest.fixture

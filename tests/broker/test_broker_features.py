@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.protocol.frames import FrameDecoder, encode_command
 from magnetar.protocol.pb import BaseCommand, pb
@@ -54,7 +55,7 @@ def test_broker_pings_and_drops_a_silent_peer(tmp_path: Path) -> None:
 def test_broker_answers_ping_and_keeps_an_answering_client(tmp_path: Path) -> None:
     with EmbeddedBroker(data_dir=tmp_path, keepalive_interval=0.2) as broker:
         client = pulsar.Client(
-            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            broker.service_url, logger=quiet_logger()
         )
         producer = client.create_producer("alive")
         time.sleep(1.0)  # several keepalive rounds; the official client answers PINGs

@@ -21,6 +21,7 @@ from typing import Any
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.client import EARLIEST, Client
 from magnetar.client.errors import NotAllowed
@@ -292,7 +293,7 @@ def test_the_compacted_view_survives_a_restart(tmp_path: Path) -> None:
     topic = new_topic()
     with EmbeddedBroker(admin=True, data_dir=tmp_path) as broker:
         client = pulsar.Client(broker.service_url,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         producer = client.create_producer(topic)
         ids = {}
         for i in range(10):
@@ -304,7 +305,7 @@ def test_the_compacted_view_survives_a_restart(tmp_path: Path) -> None:
 
         broker.restart()
         client = pulsar.Client(broker.service_url,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         assert status(broker, topic) == "NOT_RUN"  # as Pulsar: per loaded topic
         assert view(read_all(compacted_reader(client, topic))) == before
         # A later compaction builds on the one before the restart.
@@ -329,7 +330,7 @@ def test_retention_keeps_what_compaction_has_not_read(tmp_path: Path) -> None:
                 "cursor_flush_interval": 0.1}
     with EmbeddedBroker(admin=True, data_dir=tmp_path, **settings) as broker:
         client = pulsar.Client(broker.service_url,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         consumer = client.subscribe(topic, "everything")
         # A threshold in force creates the __compaction cursor right away (far above
         # this backlog, so no compaction starts by itself).
@@ -357,7 +358,7 @@ def test_retention_keeps_what_compaction_has_not_read(tmp_path: Path) -> None:
         client.close()
         broker.restart()
         client = pulsar.Client(broker.service_url,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         assert view(read_all(compacted_reader(client, topic))) == expected
         client.close()
 
@@ -369,7 +370,7 @@ def test_the_threshold_starts_a_compaction(tmp_path: Path) -> None:
     with EmbeddedBroker(admin=True, data_dir=tmp_path,
                         broker_service_compaction_monitor_interval_in_seconds=0.2) as broker:
         client = pulsar.Client(broker.service_url,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         by_topic, by_namespace, below = new_topic(), new_topic(), new_topic()
         for topic in (by_topic, by_namespace, below):
             client.create_producer(topic).close()  # created with nothing in them

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.broker.config import MINUS_ONE_IS_NO_LIMIT, BrokerConfig, ConfigError, load_config
 from magnetar.broker.service import BrokerService
@@ -275,7 +276,7 @@ def test_a_second_broker_on_a_data_dir_in_use_is_refused_and_the_first_serves_on
         )
         topic = f"persistent://public/default/lock-{uuid.uuid4().hex[:8]}"
         client = pulsar.Client(
-            f"pulsar://127.0.0.1:{port}", logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            f"pulsar://127.0.0.1:{port}", logger=quiet_logger()
         )
         try:
             consumer = client.subscribe(topic, "s")

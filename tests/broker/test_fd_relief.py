@@ -9,6 +9,7 @@ import uuid
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.broker.topics import loader as loader_module
 from magnetar.testing import EmbeddedBroker
@@ -24,7 +25,7 @@ def test_a_relief_unloads_the_oldest_unused_topics_up_to_its_bound(
         service = broker.service
         assert service is not None
         client = pulsar.Client(
-            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            broker.service_url, logger=quiet_logger()
         )
         try:
             busy = client.subscribe(names[0], "keeps-it-loaded")  # the oldest has a client

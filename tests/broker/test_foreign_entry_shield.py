@@ -25,6 +25,7 @@ from typing import Any
 
 import pulsar
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from official_client import quiet_logger
 
 from magnetar.broker.features.raw_entries import append_raw_entry_blocking
 from magnetar.client import Client, EntryContext, KafkaPayloadProcessor, MessagePayload
@@ -145,7 +146,7 @@ def test_the_official_client_gets_each_foreign_entry_once_as_one_message(
                 await producer.send(b"after")
 
         official = pulsar.Client(broker.service_url,
-                                 logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                                 logger=quiet_logger())
         official.subscribe(topic, "official").close()  # the backlog counts from here
         official.close()
         asyncio.run(publish())

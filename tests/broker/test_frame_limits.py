@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.broker.features.raw_entries import EntryTooLarge, append_raw_entry_blocking
 from magnetar.client import Client, MessageTooBig
@@ -76,7 +77,7 @@ async def magnetar_values(url: str, topic: str, n: int) -> list[tuple[bytes, dic
 
 
 def official_values(url: str, topic: str, n: int) -> list[tuple[bytes, dict[str, str]]]:
-    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    client = pulsar.Client(url, logger=quiet_logger())
     try:
         consumer = client.subscribe(topic, "official",
                                     initial_position=pulsar.InitialPosition.Earliest)

@@ -75,17 +75,20 @@ class _Node:
         self.me = self  # a reference cycle: only the collector frees it
 
 
-def test_cyclic_garbage_frozen_alive_is_reclaimed_every_nth_freeze(thawed: None) -> None:
+def test_cyclic_garbage_frozen_alive_is_reclaimed_after_the_interval(thawed: None) -> None:
     import weakref
 
-    freezer = GcFreezer(0.02, lambda _: None, clock=Clock(), reclaim_every=3)
+    clock = Clock()
+    freezer = GcFreezer(0.02, lambda _: None, clock=clock, reclaim_interval=600.0)
     node = _Node()
     gone = weakref.ref(node)
     freezer.freeze()  # frozen while alive
     del node  # now cyclic garbage, out of the collector's sight
+    clock.now += 599.0
     freezer.freeze()
     gc.collect()
     assert gone() is not None  # still frozen
-    freezer.freeze()  # the third: given back, collected
+    clock.now += 1.0
+    freezer.freeze()  # ten minutes on: given back, collected
     assert gone() is None
     assert freezer.reclaims == 1

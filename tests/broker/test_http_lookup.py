@@ -14,11 +14,12 @@ import re
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
 from magnetar.testing.embedded import free_port
@@ -33,15 +34,12 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture
-def client(broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
+def client(
+    broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
+) -> pulsar.Client:
     assert broker.admin_url is not None
-    client = pulsar.Client(
-        broker.admin_url,  # http://127.0.0.1:<admin port>: the HTTP lookup service
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        operation_timeout_seconds=30,
-    )
-    yield client
-    client.close()
+    # http://127.0.0.1:<admin port>: the HTTP lookup service
+    return client_factory(broker.admin_url, operation_timeout_seconds=30)
 
 
 def get(broker: EmbeddedBroker, path: str, headers: dict[str, str] | None = None
@@ -124,7 +122,7 @@ def test_auto_created_partitioned_topics_over_http(local: str) -> None:
     with EmbeddedBroker(admin=True, default_partitions=2) as broker:
         assert broker.admin_url is not None
         client = pulsar.Client(broker.admin_url, operation_timeout_seconds=30,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                               logger=quiet_logger())
         try:
             topic = f"persistent://public/default/{local}"
             client.create_producer(topic).send(b"x")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.broker.config import BrokerConfig, ConfigError
 from magnetar.broker.session.listeners import parse_listeners
@@ -90,7 +91,7 @@ def test_the_official_client_works_through_its_listener(
     kwargs = {"listener_name": listener} if listener else {}
     client = pulsar.Client(
         broker.service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        logger=quiet_logger(),
         operation_timeout_seconds=30,
         **kwargs,
     )
@@ -105,7 +106,7 @@ def test_the_official_client_works_through_its_listener(
 def test_the_official_client_reports_an_unknown_listener_at_once(broker: EmbeddedBroker) -> None:
     client = pulsar.Client(
         broker.service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        logger=quiet_logger(),
         operation_timeout_seconds=30,
         listener_name="elsewhere",
     )
@@ -192,7 +193,7 @@ def test_a_loopback_answer_is_reached_through_the_service_url() -> None:
         assert lookup(broker, None).brokerServiceUrl == f"pulsar://127.0.0.2:{broker.port}"
         client = pulsar.Client(
             broker.service_url,  # pulsar://127.0.0.1:<port>
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            logger=quiet_logger(),
             operation_timeout_seconds=30,
         )
         try:

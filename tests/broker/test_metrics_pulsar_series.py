@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
+from official_client import quiet_logger
 from prometheus_client.parser import text_string_to_metric_families
 
 from magnetar.broker.observability.rates import RateTracker
@@ -62,7 +63,7 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 
 
 def quiet(url: str) -> pulsar.Client:
-    return pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    return pulsar.Client(url, logger=quiet_logger())
 
 
 def test_counters_rates_subscriptions_and_write_latency(topic: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.broker.observability import metrics
 from magnetar.testing import EmbeddedBroker
@@ -19,7 +20,7 @@ def test_a_scrape_in_chunks_has_every_topic_and_its_counts(
     names = [f"{topic}-{index}" for index in range(7)]
     with EmbeddedBroker(admin=True) as broker:
         client = pulsar.Client(
-            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            broker.service_url, logger=quiet_logger()
         )
         try:
             for count, name in enumerate(names, start=1):
@@ -41,7 +42,7 @@ def test_a_scrape_in_chunks_has_every_topic_and_its_counts(
 def test_the_bounded_resources_are_on_metrics(topic: str) -> None:
     with EmbeddedBroker(admin=True, cache_max_bytes=1 << 20) as broker:
         client = pulsar.Client(
-            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            broker.service_url, logger=quiet_logger()
         )
         try:
             producer = client.create_producer(topic, batching_enabled=False)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.client import Client
 from magnetar.client.errors import TopicNotFound
@@ -37,7 +38,7 @@ def broker() -> Iterator[EmbeddedBroker]:
 def official(broker: EmbeddedBroker) -> pulsar.Client:
     return pulsar.Client(
         broker.service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        logger=quiet_logger(),
         operation_timeout_seconds=30,
     )
 

@@ -30,6 +30,7 @@ from typing import Any
 import pulsar
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from official_client import quiet_logger
 
 from magnetar.broker.features.raw_entries import (
     EntryTooLarge,
@@ -322,7 +323,7 @@ def test_the_official_client_gets_raw_entries_as_one_message_each(
     bystander = official(broker)  # a producer and a consumer on another topic
     records = [b"record-%d" % i for i in range(3)]
     producer_client = pulsar.Client(broker.service_url,
-                                    logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                                    logger=quiet_logger())
     try:
         producer = producer_client.create_producer(topic)
         producer.send(b"before")

@@ -7,14 +7,13 @@ subscribe that must not leave its Exclusive subscription held."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pulsar
 import pytest
+from admin_http import answer
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String
 
 from magnetar.client import Client
@@ -57,25 +56,11 @@ ACCEPTS = {
 }
 
 
-def http(admin_url: str, method: str, path: str, body: object = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        admin_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            text = response.read().decode()
-            return response.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as exc:
-        text = exc.read().decode()
-        return exc.code, json.loads(text) if text.startswith("{") else text
-
-
 def set_topic_strategy(admin_url: str, topic: str, strategy: str) -> None:
     path = "/admin/v2/" + topic.replace("://", "/") + "/schemaCompatibilityStrategy"
-    status, _ = http(admin_url, "PUT", path, strategy)
+    status, _ = answer(admin_url, "PUT", path, strategy)
     assert status == 204
-    status, applied = http(admin_url, "GET", path + "?applied=true")
+    status, applied = answer(admin_url, "GET", path + "?applied=true")
     assert (status, applied) == (200, strategy)
 
 
@@ -268,33 +253,33 @@ def test_namespace_policy_through_rest_and_across_a_restart(
     broker = own_broker
     assert broker.admin_url is not None
     ns_path = "/admin/v2/namespaces/public/default/schemaCompatibilityStrategy"
-    assert http(broker.admin_url, "GET", ns_path) == (200, "UNDEFINED")
+    assert answer(broker.admin_url, "GET", ns_path) == (200, "UNDEFINED")
     client = client_factory(broker.service_url)
     topic = new_topic()
     client.create_producer(topic, schema=AvroSchema(v1()))
     # The broker's default, FULL: a removed field is refused.
     assert not accepted(client, topic, AvroSchema(EVOLUTIONS["remove-field"]()))
-    assert http(broker.admin_url, "PUT", ns_path, "BACKWARD")[0] == 204
-    assert http(broker.admin_url, "GET", ns_path) == (200, "BACKWARD")
+    assert answer(broker.admin_url, "PUT", ns_path, "BACKWARD")[0] == 204
+    assert answer(broker.admin_url, "GET", ns_path) == (200, "BACKWARD")
     assert accepted(client, topic, AvroSchema(EVOLUTIONS["remove-field"]()))
     assert not accepted(client, topic, AvroSchema(EVOLUTIONS["add-without-default"]()))
     # A topic's own policy wins over its namespace's.
     other = new_topic()
     client.create_producer(other, schema=AvroSchema(v1()))
     topic_path = "/admin/v2/" + other.replace("://", "/") + "/schemaCompatibilityStrategy"
-    assert http(broker.admin_url, "GET", topic_path)[0] == 204  # unset on the topic
-    assert http(broker.admin_url, "GET", topic_path + "?applied=true") == (200, "BACKWARD")
-    assert http(broker.admin_url, "PUT", topic_path, "ALWAYS_INCOMPATIBLE")[0] == 204
+    assert answer(broker.admin_url, "GET", topic_path)[0] == 204  # unset on the topic
+    assert answer(broker.admin_url, "GET", topic_path + "?applied=true") == (200, "BACKWARD")
+    assert answer(broker.admin_url, "PUT", topic_path, "ALWAYS_INCOMPATIBLE")[0] == 204
     assert not accepted(client, other, AvroSchema(EVOLUTIONS["remove-field"]()))
     client.close()
 
     broker.restart()
     assert broker.admin_url is not None
     client = client_factory(broker.service_url)
-    assert http(broker.admin_url, "GET", ns_path) == (200, "BACKWARD")
-    assert http(broker.admin_url, "GET", topic_path) == (200, "ALWAYS_INCOMPATIBLE")
+    assert answer(broker.admin_url, "GET", ns_path) == (200, "BACKWARD")
+    assert answer(broker.admin_url, "GET", topic_path) == (200, "ALWAYS_INCOMPATIBLE")
     # The schemas came back too: the removed-field version is the latest on `topic`.
-    status, latest = http(
+    status, latest = answer(
         broker.admin_url, "GET", "/admin/v2/schemas/" + topic.split("://")[1] + "/schema"
     )
     assert status == 200 and latest["version"] == 1
@@ -302,14 +287,14 @@ def test_namespace_policy_through_rest_and_across_a_restart(
     assert not accepted(client, topic, AvroSchema(EVOLUTIONS["change-type"]()))
     assert not accepted(client, other, AvroSchema(EVOLUTIONS["add-with-default"]()))
     # UNDEFINED hands the choice back to the broker's default (FULL).
-    assert http(broker.admin_url, "PUT", ns_path, "UNDEFINED")[0] == 204
-    assert http(broker.admin_url, "GET", ns_path) == (200, "UNDEFINED")
+    assert answer(broker.admin_url, "PUT", ns_path, "UNDEFINED")[0] == 204
+    assert answer(broker.admin_url, "GET", ns_path) == (200, "UNDEFINED")
     assert not accepted(client, topic, AvroSchema(EVOLUTIONS["add-without-default"]()))
 
 
 def test_a_bad_strategy_is_refused(own_broker: EmbeddedBroker) -> None:
     assert own_broker.admin_url is not None
     ns_path = "/admin/v2/namespaces/public/default/schemaCompatibilityStrategy"
-    status, body = http(own_broker.admin_url, "PUT", ns_path, "SIDEWAYS")
+    status, body = answer(own_broker.admin_url, "PUT", ns_path, "SIDEWAYS")
     assert status == 400 and "FULL_TRANSITIVE" in body["reason"]
-    assert http(own_broker.admin_url, "GET", ns_path) == (200, "UNDEFINED")
+    assert answer(own_broker.admin_url, "GET", ns_path) == (200, "UNDEFINED")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 import magnetar.storage.write_pipeline as write_pipeline
 from magnetar.protocol.pb import BaseCommand, pb
@@ -23,7 +24,7 @@ from magnetar.testing import EmbeddedBroker
 from .helpers import RECEIVE_MS
 from .rawclient import RawPeer
 
-QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+QUIET = quiet_logger()
 
 
 class InjectedWriteError:
@@ -154,7 +155,7 @@ def test_a_clean_consumer_close_persists_its_acks_at_once(tmp_path: Path) -> Non
         data_dir=tmp_path, mode="subprocess", cursor_flush_interval=3600.0
     ) as broker:
         client = pulsar.Client(
-            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            broker.service_url, logger=quiet_logger()
         )
         consumer = client.subscribe("acks", "s")
         producer = client.create_producer("acks")
@@ -168,7 +169,7 @@ def test_a_clean_consumer_close_persists_its_acks_at_once(tmp_path: Path) -> Non
             client.close()
         broker.start()
         client = pulsar.Client(
-            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            broker.service_url, logger=quiet_logger()
         )
         consumer = client.subscribe("acks", "s")
         client.create_producer("acks").send(b"m3")

@@ -8,6 +8,7 @@ import time
 import urllib.request
 
 import pulsar
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
 
@@ -31,7 +32,7 @@ def test_fsyncs_per_topic_and_their_mean_duration(topic: str) -> None:
     # However slow this machine's disk, let small groups qualify for the loop.
     with EmbeddedBroker(admin=True, inline_sync_max_seconds=10.0) as broker:
         client = pulsar.Client(
-            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            broker.service_url, logger=quiet_logger()
         )
         try:
             producer = client.create_producer(topic)
@@ -48,7 +49,7 @@ def test_fsyncs_per_topic_and_their_mean_duration(topic: str) -> None:
 
 
 def send(service_url: str, topic: str, count: int) -> None:
-    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    client = pulsar.Client(service_url, logger=quiet_logger())
     try:
         producer = client.create_producer(topic)
         for _ in range(count):

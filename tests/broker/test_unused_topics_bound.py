@@ -7,6 +7,7 @@ import time
 import uuid
 
 import pulsar
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
 
@@ -19,7 +20,7 @@ def test_the_longest_unused_topics_beyond_the_bound_are_unloaded() -> None:
         service = broker.service
         assert service is not None
         client = pulsar.Client(
-            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            broker.service_url, logger=quiet_logger()
         )
         try:
             keeper = client.subscribe(names[0], "keeps-it")  # a client: never unloaded

@@ -28,6 +28,8 @@ def test_tenant_and_namespace_round_trip(broker: EmbeddedBroker) -> None:
     assert code == 0
     assert json.loads(out)["adminRoles"] == ["ops"]
     assert json.loads(out)["allowedClusters"] == ["standalone"]
+    assert admin(broker, "tenants", "update", tenant, "--admin-roles", "ops,dev")[0] == 0
+    assert json.loads(admin(broker, "tenants", "get", tenant)[1])["adminRoles"] == ["ops", "dev"]
     assert admin(broker, "namespaces", "create", f"{tenant}/ns1")[0] == 0
     code, out, _ = admin(broker, "namespaces", "list", tenant)
     assert code == 0 and json.loads(out) == [f"{tenant}/ns1"]

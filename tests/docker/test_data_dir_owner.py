@@ -19,7 +19,8 @@ from magnetar.testing.embedded import free_port
 # files need not be readable by that user.
 SERVE_AS = """
 import os, sys
-from magnetar.cli import main
+from magnetar.cli import _parser, main
+_parser()  # the subcommands import their modules lazily: before the uid changes
 uid, gid = int(sys.argv[1]), int(sys.argv[2])
 if os.geteuid() != uid:
     os.setgid(gid)

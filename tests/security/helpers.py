@@ -1,24 +1,17 @@
-"""Helpers of the security tests: keys and certificates on real files, admin requests."""
+"""Helpers of the security tests: keys and certificates on real files, admin requests
+with a role's token."""
 
 from __future__ import annotations
 
-import json
-import ssl
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import pulsar
 import trustme
+from admin_http import Reply, as_json, http
 
 from magnetar.broker.auth.tokens import create_token
-
-
-def quiet() -> pulsar.ConsoleLogger:
-    return pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+from magnetar.testing import EmbeddedBroker
 
 
 @dataclass
@@ -52,32 +45,17 @@ class Pki:
         return cert, key
 
 
-@dataclass
-class Reply:
-    status: int
-    body: str
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def http(
-    url: str,
-    method: str = "GET",
-    body: object = None,
-    headers: dict[str, str] | None = None,
-    context: ssl.SSLContext | None = None,
-) -> Reply:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            return Reply(response.status, response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, exc.read().decode())
-
-
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def as_role(broker: EmbeddedBroker, keys: Keys, role: str, method: str, path: str,
+            body: object = None) -> Reply:
+    """``method path`` on the broker's admin port with a token of ``role``; the body as
+    JSON."""
+    return http(broker, method, path, as_json(body), headers=bearer(keys.token(role)))
+
+
+def admin(broker: EmbeddedBroker, keys: Keys, method: str, path: str,
+          body: object = None) -> Reply:
+    return as_role(broker, keys, "admin", method, path, body)

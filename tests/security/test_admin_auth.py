@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from admin_http import http
 
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, bearer, http
+from .helpers import Keys, bearer
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from admin_http import http
+from official_client import quiet_logger
 
 from magnetar.client import AuthenticationToken, Client
 from magnetar.client.errors import AuthorizationError
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, bearer, http, quiet
+from .helpers import Keys, admin, bearer
 
 SETTINGS = {
     "admin": True,
@@ -39,10 +41,6 @@ def namespace(broker: EmbeddedBroker, keys: Keys) -> str:
     ns = f"public/ns-{uuid.uuid4().hex[:8]}"
     admin(broker, keys, "PUT", f"/admin/v2/namespaces/{ns}")
     return ns
-
-
-def admin(broker: EmbeddedBroker, keys: Keys, method: str, path: str, body: object = None):  # type: ignore[no-untyped-def]
-    return http(f"{broker.admin_url}{path}", method, body, headers=bearer(keys.token("admin")))
 
 
 def client(broker: EmbeddedBroker, keys: Keys, role: str) -> Client:
@@ -86,9 +84,9 @@ def test_official_client_wrong_role_for_produce_and_for_consume(
     assert admin(broker, keys, "POST", f"/admin/v2/namespaces/{ns}/permissions/reader",
                  ["consume"]).status == 204
     writer = pulsar.Client(broker.service_url, authentication=pulsar.AuthenticationToken(
-        keys.token("writer")), logger=quiet(), operation_timeout_seconds=5)
+        keys.token("writer")), logger=quiet_logger(), operation_timeout_seconds=5)
     reader = pulsar.Client(broker.service_url, authentication=pulsar.AuthenticationToken(
-        keys.token("reader")), logger=quiet(), operation_timeout_seconds=5)
+        keys.token("reader")), logger=quiet_logger(), operation_timeout_seconds=5)
     try:
         consumer = reader.subscribe(topic, "s")
         producer = writer.create_producer(topic)
@@ -181,8 +179,8 @@ def test_bad_grants(broker: EmbeddedBroker, keys: Keys, body: object, status: in
 
 def test_permission_routes_need_a_superuser(broker: EmbeddedBroker, keys: Keys) -> None:
     ns = namespace(broker, keys)
-    reply = http(f"{broker.admin_url}/admin/v2/namespaces/{ns}/permissions/me", "POST",
-                 ["produce"], headers=bearer(keys.token("me")))
+    reply = http(broker, "POST", f"/admin/v2/namespaces/{ns}/permissions/me", ["produce"],
+                 headers=bearer(keys.token("me")))
     assert reply.status == 403
     assert http(f"{broker.admin_url}/admin/v2/namespaces/{ns}/permissions").status == 401
 
@@ -240,3 +238,24 @@ async def test_grants_survive_a_restart(keys: Keys, tmp_path: Path) -> None:
         }
         async with client(broker, keys, "fay") as c:
             await (await c.create_producer(topic)).send(b"after restart")
+
+
+def test_grants_of_a_namespace_created_with_its_policies(
+    broker: EmbeddedBroker, keys: Keys
+) -> None:
+    """The official client suite's setup: private/auth created with auth_policies that
+    grant token-principal produce and consume (Pulsar's Policies body)."""
+    ns = f"public/created-{uuid.uuid4().hex[:8]}"
+    body = {"auth_policies": {"namespace_auth": {"token-principal": ["produce", "consume"]},
+                              "destination_auth": {}, "subscription_auth_roles": {}},
+            "replication_clusters": ["standalone"]}
+    assert admin(broker, keys, "PUT", f"/admin/v2/namespaces/{ns}", body).status == 204
+    topic = f"persistent://{ns}/t"
+    principal = pulsar.Client(broker.service_url, authentication=pulsar.AuthenticationToken(
+        keys.token("token-principal")), logger=quiet_logger(), operation_timeout_seconds=5)
+    try:
+        consumer = principal.subscribe(topic, "s")
+        principal.create_producer(topic).send(b"granted at creation")
+        assert consumer.receive(timeout_millis=10_000).data() == b"granted at creation"
+    finally:
+        principal.close()

@@ -2,7 +2,8 @@
 protocol, and every admin route, at a topic another role owns (with data, a
 subscription with a cursor and a schema) and at topics and namespaces that do not
 exist; each is refused (AuthorizationError, or the error Pulsar gives there) or
-harmless, and nothing changes, on disk or as the superuser sees it through admin.
+harmless, and nothing changes, on disk or as the superuser sees it through admin. The
+role is the admin of a tenant of its own, which must give it nothing elsewhere.
 
 Commands are enumerated from ``BaseCommand.Type`` and the broker's handler table, and
 routes from the admin application's router: a command or route added without a case
@@ -23,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from admin_http import http
 
 from magnetar.broker.session.connection import _HANDLERS
 from magnetar.protocol.frames import encode_command, encode_payload_command
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, bearer, http
+from .helpers import Keys, admin, bearer
 from .wire import TokenPeer, answer_of
 
 T = BaseCommand.Type
@@ -340,10 +342,6 @@ def broker(keys: Keys) -> Iterator[EmbeddedBroker]:
         yield b
 
 
-def admin(broker: EmbeddedBroker, keys: Keys, method: str, path: str, body: object = None):  # type: ignore[no-untyped-def]
-    return http(f"{broker.admin_url}{path}", method, body, headers=bearer(keys.token("admin")))
-
-
 def publish(peer: TokenPeer, seq: int) -> pb.MessageIdData:
     command = BaseCommand(type=T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=seq))
     metadata = pb.MessageMetadata(producer_name="owner-p", sequence_id=seq, publish_time=1)
@@ -361,6 +359,9 @@ def place(broker: EmbeddedBroker, keys: Keys) -> Place:
     whose cursor is past the first entry."""
     ns = f"public/walk-{uuid.uuid4().hex[:8]}"
     assert admin(broker, keys, "PUT", f"/admin/v2/namespaces/{ns}").status == 204
+    # The walker administers a tenant of its own: that gives it nothing elsewhere.
+    assert admin(broker, keys, "PUT", f"/admin/v2/tenants/{MALLORY}-{uuid.uuid4().hex[:6]}",
+                 {"adminRoles": [MALLORY], "allowedClusters": ["standalone"]}).status == 204
     assert admin(broker, keys, "POST", f"/admin/v2/namespaces/{ns}/permissions/{OWNER}",
                  ["produce", "consume"]).status == 204
     owned = f"persistent://{ns}/owned"
@@ -579,7 +580,6 @@ def test_a_role_without_grants_is_refused_every_admin_route_and_changes_nothing(
     failures = []
     for method, template in table:
         path = _VARIABLE.sub(lambda m: values[m.group(1)], template)
-        url = f"{broker.admin_url}{path}"
         body = None if method in ("GET", "HEAD", "DELETE") else {"x": 1}
         public = template in PUBLIC_ROUTES
         for who, headers, refused in (
@@ -587,7 +587,7 @@ def test_a_role_without_grants_is_refused_every_admin_route_and_changes_nothing(
             ("no credentials", {}, 401),
             ("another key's token", bearer(_foreign_token()), 401),
         ):
-            status = http(url, method, body, headers=headers).status
+            status = http(broker, method, path, body, headers=headers).status
             expected = 200 if public else refused
             if status != expected:
                 failures.append(f"{method} {template} ({who}): {status}, expected {expected}")

@@ -14,6 +14,8 @@ from pathlib import Path
 import bcrypt
 import pulsar
 import pytest
+from admin_http import http
+from official_client import quiet_logger
 
 from magnetar.broker.auth.basic import check_password, parse_htpasswd
 from magnetar.broker.auth.providers import SettingError
@@ -21,7 +23,7 @@ from magnetar.client import AuthenticationBasic, AuthenticationToken, Client
 from magnetar.client.errors import AuthenticationError
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, http, quiet
+from .helpers import Keys
 
 # Written by `openssl passwd -apr1 -salt abcdefgh 'p@ss word'` (another implementation).
 APR1 = "$apr1$abcdefgh$aJUuGLjz3OI4ylHF//t5U1"
@@ -94,7 +96,7 @@ def test_official_client_basic(broker: EmbeddedBroker, topic: str, user: str) ->
         client = pulsar.Client(
             broker.service_url,
             authentication=pulsar.AuthenticationBasic(user, given),
-            logger=quiet(),
+            logger=quiet_logger(),
             operation_timeout_seconds=3,
         )
         try:

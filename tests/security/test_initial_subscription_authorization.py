@@ -12,7 +12,7 @@ import pytest
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, bearer, http
+from .helpers import Keys, admin
 from .wire import TokenPeer, answer_of
 
 T = BaseCommand.Type
@@ -25,10 +25,6 @@ def broker(keys: Keys) -> Iterator[EmbeddedBroker]:
         authorization_enabled=True, superuser_roles="admin",
     ) as b:
         yield b
-
-
-def admin(broker: EmbeddedBroker, keys: Keys, method: str, path: str, body: object = None):  # type: ignore[no-untyped-def]
-    return http(f"{broker.admin_url}{path}", method, body, headers=bearer(keys.token("admin")))
 
 
 def attach(broker: EmbeddedBroker, keys: Keys, role: str, topic: str, initial: str) -> int | None:

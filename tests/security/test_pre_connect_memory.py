@@ -20,12 +20,13 @@ from pathlib import Path
 import jwt
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.protocol.frames import FrameDecoder
 from magnetar.protocol.pb import BaseCommand
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, quiet
+from .helpers import Keys
 
 ATTACKERS = 200
 DECLARED = 5 * 1024 * 1024  # what each attacker's frame says it is
@@ -115,7 +116,7 @@ def test_200_connections_with_large_frames_before_connect_cost_under_50_mb(
     client = pulsar.Client(
         broker.service_url,
         authentication=pulsar.AuthenticationToken(token),
-        logger=quiet(),
+        logger=quiet_logger(),
         operation_timeout_seconds=30,
     )
     try:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.broker.session.connection import ServerCnx
 from magnetar.client import AuthenticationToken, Client
@@ -20,7 +21,7 @@ from magnetar.protocol.frames import FrameDecoder, encode_command
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, quiet
+from .helpers import Keys
 
 T = BaseCommand.Type
 LIFETIME = 2  # seconds a token lives in these tests
@@ -59,7 +60,7 @@ def test_official_client_refreshes_through_its_supplier(
     client = pulsar.Client(
         broker.service_url,
         authentication=pulsar.AuthenticationToken(lambda: keys.token("sup", LIFETIME)),
-        logger=quiet(),
+        logger=quiet_logger(),
         operation_timeout_seconds=10,
     )
     try:
@@ -81,7 +82,7 @@ def test_official_client_with_a_fixed_token_is_disconnected_after_expiry(
     client = pulsar.Client(
         broker.service_url,
         authentication=pulsar.AuthenticationToken(keys.token("fixed", LIFETIME)),
-        logger=quiet(),
+        logger=quiet_logger(),
         operation_timeout_seconds=10,
     )
     try:

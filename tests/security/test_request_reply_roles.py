@@ -13,13 +13,14 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from admin_http import http
 from cutting_proxy import CuttingProxy
 
 from magnetar.client import AuthenticationToken, Client
 from magnetar.client.errors import NotAllowed
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, bearer, http
+from .helpers import Keys, bearer
 
 SETTINGS = {
     "admin": True,
@@ -42,8 +43,8 @@ def _namespace(broker: EmbeddedBroker, keys: Keys, grants: dict[str, list[str]])
     assert http(f"{broker.admin_url}/admin/v2/namespaces/{ns}", "PUT", headers=admin).status \
         in (200, 204)
     for role, actions in grants.items():
-        url = f"{broker.admin_url}/admin/v2/namespaces/{ns}/permissions/{role}"
-        assert http(url, "POST", actions, headers=admin).status == 204
+        path = f"/admin/v2/namespaces/{ns}/permissions/{role}"
+        assert http(broker, "POST", path, actions, headers=admin).status == 204
     return ns
 
 

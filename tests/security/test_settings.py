@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jwt
 import pytest
+from admin_http import http
 
 from magnetar.broker.auth.authorization import AuthorizationService
 from magnetar.broker.auth.providers import (
@@ -26,7 +27,7 @@ from magnetar.client import AuthenticationToken, Client
 from magnetar.storage.metadata import NamespacePolicies
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, http
+from .helpers import Keys
 
 
 async def test_security_is_off_by_default(topic: str) -> None:
@@ -46,9 +47,9 @@ async def test_security_is_off_by_default(topic: str) -> None:
 
 def test_permission_routes_keep_grants_with_authorization_off(tmp_path: Path) -> None:
     with EmbeddedBroker(admin=True, data_dir=tmp_path) as broker:
-        path = f"{broker.admin_url}/admin/v2/namespaces/public/default/permissions"
-        assert http(f"{path}/r", "POST", ["produce"]).status == 204
-        assert http(path).json() == {"r": ["produce"]}
+        path = "/admin/v2/namespaces/public/default/permissions"
+        assert http(broker, "POST", f"{path}/r", ["produce"]).status == 204
+        assert http(broker, "GET", path).json() == {"r": ["produce"]}
     saved = NamespacePolicies.load(NamespacePolicies.path_for(tmp_path, "public", "default"))
     assert saved.policies["auth_policies"]["namespace_auth"] == {"r": ["produce"]}
 

@@ -12,12 +12,14 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 import trustme
+from admin_http import http
+from official_client import quiet_logger
 
 from magnetar.client import AuthenticationTLS, AuthenticationToken, Client
 from magnetar.client.errors import AuthorizationError, ConnectError
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, Pki, bearer, http, quiet
+from .helpers import Keys, Pki, bearer
 
 
 def tls_url(broker: EmbeddedBroker, host: str = "localhost") -> str:
@@ -45,7 +47,7 @@ def test_official_client_over_tls_with_hostname_verification(
         tls_url(broker, host),
         tls_trust_certs_file_path=str(pki.ca_file),
         tls_validate_hostname=True,
-        logger=quiet(),
+        logger=quiet_logger(),
         operation_timeout_seconds=10,
     )
     try:
@@ -66,7 +68,7 @@ def test_official_client_without_the_right_ca_is_refused(
         tls_url(broker),
         tls_trust_certs_file_path=str(path),
         tls_validate_hostname=True,
-        logger=quiet(),
+        logger=quiet_logger(),
         operation_timeout_seconds=3,
     )
     try:
@@ -113,7 +115,7 @@ def test_tls_below_1_2_is_refused(broker: EmbeddedBroker, pki: Pki) -> None:
 
 
 def test_plain_port_still_serves_with_tls_on(broker: EmbeddedBroker, topic: str) -> None:
-    client = pulsar.Client(broker.service_url, logger=quiet(), operation_timeout_seconds=10)
+    client = pulsar.Client(broker.service_url, logger=quiet_logger(), operation_timeout_seconds=10)
     try:
         client.create_producer(topic).send(b"plain")
     finally:
@@ -160,7 +162,7 @@ def test_official_client_mtls_role_from_the_certificate_cn(
             tls_trust_certs_file_path=str(pki.ca_file),
             tls_validate_hostname=True,
             authentication=pulsar.AuthenticationTLS(str(cert), str(key)),
-            logger=quiet(),
+            logger=quiet_logger(),
             operation_timeout_seconds=5,
         )
         try:

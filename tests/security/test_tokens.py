@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.broker.auth.tokens import create_secret_key, create_token, load_private_key
 from magnetar.client import AuthenticationToken, Client
 from magnetar.client.errors import AuthenticationError
 from magnetar.testing import EmbeddedBroker
 
-from .helpers import Keys, quiet
+from .helpers import Keys
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def broker(keys: Keys) -> Iterator[EmbeddedBroker]:
 def official(url: str, token: str | None) -> pulsar.Client:
     auth = pulsar.AuthenticationToken(token) if token is not None else None
     return pulsar.Client(
-        url, authentication=auth, logger=quiet(), operation_timeout_seconds=3
+        url, authentication=auth, logger=quiet_logger(), operation_timeout_seconds=3
     )
 
 

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from official_client import quiet_logger
 
 from magnetar.cli import main
 from magnetar.testing.embedded import free_port, wait_until_listening
-
-from .helpers import quiet
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -89,9 +88,9 @@ def test_the_readme_recipe(tmp_path: Path) -> None:
     )
     try:
         wait_until_listening(port, server, 30)
-        good = pulsar.Client(f"pulsar://127.0.0.1:{port}", logger=quiet(),
+        good = pulsar.Client(f"pulsar://127.0.0.1:{port}", logger=quiet_logger(),
                              authentication=pulsar.AuthenticationToken(token))
-        bad = pulsar.Client(f"pulsar://127.0.0.1:{port}", logger=quiet(),
+        bad = pulsar.Client(f"pulsar://127.0.0.1:{port}", logger=quiet_logger(),
                             operation_timeout_seconds=3)
         try:
             good.create_producer("recipe").send(b"hello")

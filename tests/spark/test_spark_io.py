@@ -120,7 +120,9 @@ def test_topics_list_and_pattern(spark: Any, spark_broker: EmbeddedBroker) -> No
     produce(spark_broker, f"persistent://public/default/other-{prefix}", ["no"])
     by_pattern = read(spark, spark_broker, topicsPattern=f"{prefix}-.*").collect()
     by_list = read(spark, spark_broker, topics=",".join(names)).collect()
-    for rows in (by_pattern, by_list):
+    # Namespace-relative, as Pulsar completes a topic name.
+    relative = read(spark, spark_broker, topicsPattern=f"public/default/{prefix}-.*").collect()
+    for rows in (by_pattern, by_list, relative):
         assert sorted((r["__topic"], bytes(r["value"]).decode()) for r in rows) == [
             (names[0], "a0"), (names[0], "a1"), (names[1], "b0")]
 
@@ -237,7 +239,9 @@ def test_streaming_read_micro_batches_and_restarts(
     assert backlog(spark_broker, topic, "spark-stream-test") <= 5
 
 
-def test_batch_write_round_trip(spark: Any, spark_broker: EmbeddedBroker) -> None:
+def test_batch_write_round_trip(
+    spark: Any, spark_broker: EmbeddedBroker, client_factory: Callable[..., pulsar.Client]
+) -> None:
     out = new_topic("write")
     other = new_topic("write-other")
     rows = [(f"w{i}".encode(), f"key{i % 3}", {"n": str(i)},
@@ -255,6 +259,15 @@ def test_batch_write_round_trip(spark: Any, spark_broker: EmbeddedBroker) -> Non
                  r["__eventTime"]) for r in back] == [w[:4] for w in wanted]
         ids = [MessageId.deserialize(bytes(r["__messageId"])) for r in back]
         assert max(m.batch_index for m in ids) > 0  # the producer batched
+    # The official client reads the batches the writer built as any batch.
+    official = client_factory(spark_broker.service_url)
+    reader = official.create_reader(out, pulsar.MessageId.earliest)
+    got = []
+    while reader.has_message_available():
+        m = reader.read_next(10_000)
+        got.append((m.data(), m.partition_key(), m.properties(), m.event_timestamp()))
+    assert got == [(w[0], w[1], w[2], round(w[3].timestamp() * 1000))
+                   for w in rows if w[4] == out]
 
     with pytest.raises(Exception, match="needs a 'value' column"):
         spark.createDataFrame([("x",)], "v string").write.format("pulsar") \
@@ -288,3 +301,19 @@ def test_streaming_write_round_trip(
     columns = ("value", "__key", "__messageProperties", "__eventTime")
     assert [tuple(r[c] for c in columns) for r in back] == [
         tuple(r[c] for c in columns) for r in original]
+
+
+def test_streaming_max_bytes_per_trigger(
+    spark: Any, spark_broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """maxBytesPerTrigger (a soft limit, as pulsar-spark's): about that many bytes of
+    entries per micro-batch, every message once."""
+    topic = new_topic("bytes")
+    values = [f"{i:03d}".ljust(100, ".") for i in range(30)]
+    produce(spark_broker, topic, values)  # unbatched: entries of 100 bytes
+    options = {"service.url": spark_broker.service_url, "topic": topic,
+               "startingOffsets": "earliest", "maxBytesPerTrigger": "1000"}
+    batches: list[tuple[int, list[str]]] = []
+    run_stream(spark, options, tmp_path / "cp", batches)
+    assert [v for _, got in batches for v in got] == values
+    assert [len(got) for _, got in batches] == [10, 10, 10]

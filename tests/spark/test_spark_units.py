@@ -166,13 +166,14 @@ def test_sink_options() -> None:
 
 
 def test_row_ids_are_the_protobuf_serialisation() -> None:
-    from magnetar.spark.rows import IdEncoder
+    from magnetar.spark.entry_rows import id_prefix, id_suffix
 
     ids = [MessageId(1_764_000_000, 5, -1), MessageId(1_764_000_000, 6, 0, -1, 3),
            MessageId(1_764_000_000, 6, 2, -1, 3), MessageId(1_764_000_000, 7, 0, -1, 1),
            MessageId(7, 300, 200, 4, 1000), MessageId(7, 300, 999, 4, 1000),
            MessageId(7, 0, -1, 2), MessageId(2**40, 2**33, 127, 0, 128)]
     for mid in ids:
-        encode = IdEncoder(mid.partition)
-        got = encode(mid.ledger_id, mid.entry_id, mid.batch_index, mid.batch_size)
+        got = id_prefix(mid.ledger_id, mid.entry_id, mid.partition)
+        if mid.batch_index >= 0:
+            got += id_suffix(mid.batch_index, mid.batch_size)
         assert got == mid.serialize(), mid

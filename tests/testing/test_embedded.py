@@ -6,6 +6,7 @@ import socket
 import time
 
 import pulsar
+from official_client import quiet_logger
 
 from magnetar.testing import EmbeddedBroker
 
@@ -19,7 +20,7 @@ def test_embedded_broker_accepts_connections_within_half_a_second() -> None:
 
 def test_fixture_from_the_plugin(magnetar_broker: EmbeddedBroker) -> None:
     client = pulsar.Client(
-        magnetar_broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        magnetar_broker.service_url, logger=quiet_logger()
     )
     producer = client.create_producer("fixture-topic")
     consumer = client.subscribe("fixture-topic", "s")
@@ -33,13 +34,13 @@ def test_data_survives_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-d
     broker.start()
     try:
         client = pulsar.Client(
-            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            broker.service_url, logger=quiet_logger()
         )
         client.create_producer("kept").send(b"persisted")
         client.close()
         broker.restart()
         client = pulsar.Client(
-            broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+            broker.service_url, logger=quiet_logger()
         )
         reader = client.create_reader("kept", pulsar.MessageId.earliest)
         assert reader.read_next(5000).data() == b"persisted"

@@ -3,9 +3,13 @@ and its admin resources' checks: ``Authorization: Bearer <token>`` (or ``Basic``
 TLS client certificate on the HTTPS port). Without credentials a request gets 401, with
 a role that may not do it 403, each with Pulsar's ``{"reason": ...}`` body.
 
-With authorization on, superusers may use every route; another role may only read
-what a topic lookup would tell it (a topic's stats and partitions, the HTTP lookup)
-for topics it may produce to or consume from. ``/metrics`` stays open unless
+With authorization on, superusers may use every route; a tenant's admin roles every
+route under that tenant's namespaces and topics (policies, permissions, topics and
+partitions, subscriptions, schemas, compaction, dedup, the tenant's namespace list and
+creation), but not the tenant itself, other tenants or the clusters, as Pulsar's
+tenant and namespace operations allow them; another role may only read what a topic
+lookup would tell it (a topic's stats and partitions, the HTTP lookup) for topics it
+may produce to or consume from. ``/metrics`` stays open unless
 ``authenticate_metrics_endpoint`` (as in Pulsar).
 """
 
@@ -33,6 +37,8 @@ _TOPIC_READS = re.compile(
     r"(?:/(?:stats|partitioned-stats|partitions|internalStats|lastMessageId|subscriptions))?/?$"
 )
 _METRICS = ("/metrics", "/metrics/")
+# Routes naming a tenant that only a superuser may use (Pulsar's TenantsBase).
+_SUPERUSER_ONLY = "/admin/v2/tenants/"
 
 
 def reason(status: int, text: str) -> web.Response:
@@ -88,6 +94,14 @@ def _allowed(service: BrokerService, role: str, request: web.Request) -> bool:
     authorization = service.authorization
     if authorization is None or authorization.is_superuser(role):
         return True
+    tenant = request.match_info.get("tenant")
+    if (
+        tenant is not None
+        and request.match_info.get("domain", "persistent") in ("persistent", "non-persistent")
+        and not _resource(request).startswith(_SUPERUSER_ONLY)
+        and authorization.is_tenant_admin(role, tenant)
+    ):
+        return True
     if request.method not in ("GET", "HEAD"):
         return False
     match = _TOPIC_READS.match(request.path)
@@ -99,3 +113,9 @@ def _allowed(service: BrokerService, role: str, request: web.Request) -> bool:
     except InvalidTopicName:
         return False
     return authorization.can_lookup(role, name)
+
+
+def _resource(request: web.Request) -> str:
+    """The matched route's template ("" if none matched)."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else ""

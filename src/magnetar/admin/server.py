@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from magnetar.admin.auth_middleware import secure_admin
+from magnetar.admin.clusters import add_cluster_routes
 from magnetar.admin.compaction_routes import add_compaction_routes
 from magnetar.admin.dedup_routes import add_dedup_routes
 from magnetar.admin.errors import json_errors
@@ -72,10 +73,12 @@ class AdminServer:
         add_raw_entry_routes(self.app, service)  # PIP-96 ingest
         add_schema_routes(self.app, service)  # schemas and their compatibility policies
         add_tenant_routes(self.app, service)  # before the topic routes, which match them too
+        add_cluster_routes(self.app, service, lambda: (port(), self.tls_port))
         add_lookup_routes(self.app, service, port)  # HTTP lookup service
         add_topic_routes(self.app, service)  # stats, internalStats, examine, unload...
         add_subscription_routes(self.app, service)  # create, skip, resetcursor...
         self.runner: web.AppRunner | None = None
+        self.tls_port = 0  # the HTTPS port served, once serving
         base = "/admin/v2/{domain}/{tenant}/{namespace}"
         self.app.add_routes(
             [
@@ -99,6 +102,7 @@ class AdminServer:
         if sock is not None:
             await web.SockSite(self.runner, sock).start()
         if tls_sock is not None and self.service.tls_context is not None:
+            self.tls_port = tls_sock.getsockname()[1]
             await serve_https(self.runner, tls_sock, self.service.tls_context)
 
     async def stop(self) -> None:

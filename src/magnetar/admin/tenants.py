@@ -1,8 +1,6 @@
 """Admin REST routes for clusters, tenants and namespaces, as Pulsar's admin API v2 has
 them, and the guard that answers 404 for any route under a namespace that does not exist::
 
-    GET                 /admin/v2/clusters                        ["standalone"]
-    GET                 /admin/v2/clusters/{cluster}
     GET                 /admin/v2/tenants
     GET|PUT|POST|DELETE /admin/v2/tenants/{tenant}
     GET                 /admin/v2/namespaces/{tenant}             ["tenant/ns", ...]
@@ -11,7 +9,7 @@ them, and the guard that answers 404 for any route under a namespace that does n
 A tenant is ``{"adminRoles": [], "allowedClusters": ["standalone"]}`` (an empty body
 creates one like that). Errors carry Pulsar's body ``{"reason": ...}`` and status: 404
 for a tenant or namespace that does not exist, 409 for one that exists already or is
-not empty, 412 for an invalid name or an unknown cluster, 405 for ``?force=true``
+not empty, 412 for an invalid name or an unknown cluster (clusters.py), 405 for ``?force=true``
 deletions (Pulsar's default ``forceDeleteNamespaceAllowed=false``).
 """
 
@@ -23,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from aiohttp import web
 
+from magnetar.admin.namespace_policies import PolicyRefused, initial_policies, pulsar_policies
 from magnetar.broker.policies.namespaces import (
     CLUSTER,
     AlreadyExists,
@@ -106,8 +105,6 @@ def add_tenant_routes(app: web.Application, service: BrokerService) -> None:
     routes = TenantRoutes(service)
     app.add_routes(
         [
-            web.get("/admin/v2/clusters", routes.list_clusters),
-            web.get("/admin/v2/clusters/{cluster}", routes.get_cluster),
             web.get("/admin/v2/tenants", routes.list_tenants),
             web.get("/admin/v2/tenants/{tenant}", routes.get_tenant),
             web.put("/admin/v2/tenants/{tenant}", routes.create_tenant),
@@ -126,16 +123,6 @@ class TenantRoutes:
         self.service = service
         self.registry = service.namespaces
 
-    # ------------------------------------------------------------ clusters
-
-    async def list_clusters(self, request: web.Request) -> web.Response:
-        return web.json_response([CLUSTER])
-
-    async def get_cluster(self, request: web.Request) -> web.Response:
-        if request.match_info["cluster"] != CLUSTER:
-            fail(web.HTTPNotFound, "Cluster does not exist")
-        return web.json_response({"brokerServiceUrl": self.service.config.service_url})
-
     # ------------------------------------------------------------ tenants
 
     async def list_tenants(self, request: web.Request) -> web.Response:
@@ -149,7 +136,7 @@ class TenantRoutes:
 
     async def create_tenant(self, request: web.Request) -> web.Response:
         tenant = _tenant(request)
-        info = await _tenant_info(request)
+        info = await self._tenant_info(request)
         try:
             self.registry.create_tenant(tenant, info)
         except AlreadyExists:
@@ -158,7 +145,7 @@ class TenantRoutes:
 
     async def update_tenant(self, request: web.Request) -> web.Response:
         tenant = _tenant(request)
-        info = await _tenant_info(request)
+        info = await self._tenant_info(request)
         try:
             self.registry.update_tenant(tenant, info)
         except TenantNotFound:
@@ -176,6 +163,23 @@ class TenantRoutes:
             fail(web.HTTPConflict, str(exc))
         return web.Response(status=204)
 
+    async def _tenant_info(self, request: web.Request) -> TenantInfo:
+        """The body's TenantInfo; an empty body is a tenant of this cluster."""
+        text = await request.text()
+        if not text.strip():
+            return TenantInfo(allowed_clusters=[CLUSTER])
+        try:
+            info = TenantInfo.from_json(json.loads(text))
+        except ValueError as exc:
+            fail(web.HTTPBadRequest, f"not a tenant info: {exc}")
+        from magnetar.admin.clusters import cluster_names  # it imports this module
+
+        known = cluster_names(self.service.config.data_dir)
+        unknown = [c for c in info.allowed_clusters if c not in known]
+        if unknown:  # Pulsar's status and words
+            fail(web.HTTPPreconditionFailed, f"Clusters do not exist: {unknown}")
+        return info
+
     # ------------------------------------------------------------ namespaces
 
     async def list_namespaces(self, request: web.Request) -> web.Response:
@@ -186,30 +190,40 @@ class TenantRoutes:
 
     async def get_namespace(self, request: web.Request) -> web.Response:
         tenant, namespace = _namespace(request)  # the guard answered for a missing one
-        policies: dict[str, Any] = {
-            "replication_clusters": [CLUSTER],
-            "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
-        }
         path = NamespacePolicies.path_for(self.service.config.data_dir, tenant, namespace)
-        policies.update(NamespacePolicies.load(path).policies)  # by their REST names
-        return web.json_response(policies)
+        return web.json_response(pulsar_policies(NamespacePolicies.load(path).policies))
 
     @creates_namespace
     async def create_namespace(self, request: web.Request) -> web.Response:
+        """Create the namespace with the policies of the body (Pulsar's Policies)."""
         tenant, namespace = _namespace(request)
+        full = f"{tenant}/{namespace}"
         text = await request.text()
-        if text.strip():  # Pulsar takes optional initial policies; they are not kept here
+        body: Any = {}
+        if text.strip():
             try:
-                if not isinstance(json.loads(text), dict):
-                    raise ValueError
+                body = json.loads(text)
             except ValueError:
+                body = None
+            if not isinstance(body, dict):
                 fail(web.HTTPBadRequest, "the body must be a JSON object of policies")
         try:
-            self.registry.create_namespace(f"{tenant}/{namespace}")
+            policies = initial_policies(body)
+        except PolicyRefused as exc:
+            fail(web.HTTPPreconditionFailed if exc.status == 412 else web.HTTPBadRequest,
+                 str(exc))
+        try:
+            self.registry.tenant(tenant)
         except TenantNotFound:
             fail(web.HTTPNotFound, "Tenant does not exist")
-        except AlreadyExists:
+        if self.registry.exists(full):
             fail(web.HTTPConflict, "Namespace already exists")
+        if policies:  # before the namespace exists, so that it never exists without them
+            path = NamespacePolicies.path_for(self.service.config.data_dir, tenant, namespace)
+            NamespacePolicies(path, policies).save()
+        self.registry.create_namespace(full)
+        # What any holder cached of the namespace's (missing) policies file is stale.
+        self.service._namespace_deleted(tenant, namespace)
         return web.Response(status=204)
 
     async def delete_namespace(self, request: web.Request) -> web.Response:
@@ -251,16 +265,3 @@ def _refuse_force(request: web.Request, what: str) -> None:
         )
 
 
-async def _tenant_info(request: web.Request) -> TenantInfo:
-    """The body's TenantInfo; an empty body is a tenant of this cluster."""
-    text = await request.text()
-    if not text.strip():
-        return TenantInfo(allowed_clusters=[CLUSTER])
-    try:
-        info = TenantInfo.from_json(json.loads(text))
-    except ValueError as exc:
-        fail(web.HTTPBadRequest, f"not a tenant info: {exc}")
-    unknown = [c for c in info.allowed_clusters if c != CLUSTER]
-    if unknown:  # Pulsar's status and words
-        fail(web.HTTPPreconditionFailed, f"Clusters do not exist: {unknown}")
-    return info

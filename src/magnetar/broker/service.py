@@ -135,7 +135,11 @@ class BrokerService(TopicLoader):
         """Authentication, authorization and TLS: None when off (the handlers then check
         nothing)."""
         self.authentication = build_authentication(config)
-        self.authorization = build_authorization(config, self._namespace_policies_written)
+        self.authorization = build_authorization(
+            config,
+            self._namespace_policies_written,
+            lambda tenant: self.namespaces.admin_roles(tenant),  # set below, used later
+        )
         self.tls_context = build_tls_context(config)
 
     def _init_storage(self, config: BrokerConfig) -> None:

@@ -101,6 +101,7 @@ class OutgoingMessage:
     request: PendingRequest | None = None  # PIP-371: this message is a request
     raw: bool = False  # PIP-96: the payload is a whole entry (send_entry), sent as given
     num_messages: int | None = None  # with raw: the entry's num_messages_in_batch
+    compression: tuple[int, int] | None = None  # with raw: (kind, uncompressed size)
 
 
 class _Op:
@@ -405,6 +406,8 @@ class PartitionProducer(ConnectionHandler):
             event_time=msg.event_time or 0,
             schema_version=self.schema_version,
             ordering_key=msg.ordering_key,
+            compression=msg.compression[0] if msg.compression else 0,
+            uncompressed_size=msg.compression[1] if msg.compression else 0,
         )
         too_big = self._frame_too_big(metadata, payload, msg.num_messages or 1)
         if too_big is not None:

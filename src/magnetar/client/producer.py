@@ -210,6 +210,7 @@ class Producer:
         properties: Mapping[str, str] | None = None,
         event_time: int | None = None,
         sequence_id: int | None = None,
+        compression: tuple[int, int] | None = None,
     ) -> asyncio.Future[MessageId]:
         """PIP-96: queue ``payload`` as one whole entry; the future gets its id.
 
@@ -219,6 +220,8 @@ class Producer:
         permits; ``None`` leaves it out (the entry is one message). ``properties``
         tag its format, e.g. ``{"entry.format": "kafka"}``; consumers read such
         entries with a payload processor (``subscribe(..., payload_processor=...)``).
+        A caller that compressed ``payload`` itself (a bulk writer building Pulsar
+        batches) says how with ``compression=(kind, uncompressed size)``.
         """
         if num_messages is not None and num_messages < 1:
             raise ValueError(f"num_messages must be at least 1, not {num_messages}")
@@ -226,6 +229,7 @@ class Producer:
                             None, None)
         msg.raw = True
         msg.num_messages = num_messages
+        msg.compression = compression
         return self._pick(key).send_async(msg)
 
     async def send_entry(

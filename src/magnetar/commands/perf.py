@@ -39,37 +39,62 @@ def add_perf_parser(commands: Any) -> None:
                        ("consume", "receive and acknowledge"),
                        ("request", "PIP-371 requests, answered by an echo consumer")):
         parser = modes.add_parser(mode, help=text, description=text[0].upper() + text[1:] + ".")
-        parser.add_argument("topic", help="topic name")
-        parser.add_argument("-n", "--num-messages", type=int, default=0, metavar="N",
-                            help="stop after N messages (default: 0, no limit)")
-        parser.add_argument("--time", type=float, default=0.0, metavar="S",
-                            help="stop after S seconds (default: 0, no limit)")
-        parser.add_argument("-i", "--stats-interval", type=float, default=5.0, metavar="S",
-                            help="seconds between live lines (default: 5)")
-        if mode in ("produce", "request"):
-            parser.add_argument("-r", "--rate", type=float, default=0.0,
-                                help="messages per second (default: 0, no limit)")
-            parser.add_argument("-s", "--size", type=int, default=1024,
-                                help="message size in bytes (default: 1024)")
-            parser.add_argument("-o", "--max-outstanding", type=int,
-                                default=1000 if mode == "produce" else 10,
-                                help="messages in flight at most")
-        if mode == "produce":
-            parser.add_argument("--batching", action="store_true", help="batch messages")
-        if mode in ("consume", "request"):
-            parser.add_argument("-ss", "--subscription", default="perf",
-                                help="subscription name (default: perf)")
-        if mode == "consume":
-            parser.add_argument("-st", "--subscription-type", choices=SUBSCRIPTION_TYPES,
-                                default="exclusive")
-            parser.add_argument("--earliest", action="store_true",
-                                help="a new subscription starts at the earliest message")
-        if mode == "request":
-            parser.add_argument("--no-responder", action="store_true",
-                                help="do not answer the requests here (another process does)")
-            parser.add_argument("--timeout", type=float, default=30.0,
-                                help="a request's timeout in seconds (default: 30)")
-        add_client_options(parser)
+        _add_mode_options(parser, mode)
+
+
+def _lower(text: str) -> str:
+    return text.lower()
+
+
+def _add_mode_options(parser: argparse.ArgumentParser, mode: str) -> None:
+    """pulsar-perf's spellings first; magnetar's older ones stay as aliases (-n is the
+    message count here, not pulsar-perf's number of producers or consumers)."""
+    parser.add_argument("topic", help="topic name")
+    parser.add_argument("-m", "--num-messages", "-n", dest="num_messages", type=int,
+                        default=0, metavar="N",
+                        help="stop after N messages (default: 0, no limit)")
+    parser.add_argument("-time", "--test-duration", "--time", dest="time", type=float,
+                        default=0.0, metavar="S",
+                        help="stop after S seconds (default: 0, no limit)")
+    parser.add_argument("-i", "--stats-interval-seconds", "--stats-interval",
+                        dest="stats_interval", type=float, default=5.0, metavar="S",
+                        help="seconds between live lines (default: 5)")
+    if mode in ("produce", "request"):
+        parser.add_argument("-r", "--rate", type=float, default=0.0,
+                            help="messages per second (default: 0, no limit)")
+        parser.add_argument("-s", "--size", type=int, default=1024,
+                            help="message size in bytes (default: 1024)")
+        parser.add_argument("-o", "--max-outstanding", type=int,
+                            default=1000 if mode == "produce" else 10,
+                            help="messages in flight at most")
+    if mode == "produce":
+        parser.add_argument("--batching", action="store_true", help="batch messages")
+        parser.add_argument("-b", "--batch-time-window", type=float, default=None,
+                            metavar="MS", help="batch messages for up to MS milliseconds "
+                            "(0: no batching; without it or --batching, none)")
+        parser.add_argument("-bm", "--batch-max-messages", type=int, default=1000,
+                            metavar="N", help="messages in a batch at most (default: 1000)")
+        parser.add_argument("-db", "--disable-batching", action="store_true",
+                            help="do not batch")
+    if mode in ("consume", "request"):
+        parser.add_argument("-ss", "--subscriptions", "--subscription", dest="subscription",
+                            default="perf", help="subscription name (default: perf)")
+    if mode == "consume":
+        parser.add_argument("-st", "--subscription-type", choices=SUBSCRIPTION_TYPES,
+                            type=_lower, default="exclusive",
+                            help="Exclusive, Shared, Failover or Key_Shared")
+        parser.add_argument("-sp", "--subscription-position", choices=("latest", "earliest"),
+                            type=_lower, default=None,
+                            help="where a new subscription starts: Latest (default) or Earliest")
+        parser.add_argument("--earliest", action="store_true", help="as -sp Earliest")
+        parser.add_argument("-q", "--receiver-queue-size", type=int, default=1000,
+                            help="the consumer's receiver queue size (default: 1000)")
+    if mode == "request":
+        parser.add_argument("--no-responder", action="store_true",
+                            help="do not answer the requests here (another process does)")
+        parser.add_argument("--timeout", type=float, default=30.0,
+                            help="a request's timeout in seconds (default: 30)")
+    add_client_options(parser, short=True)
 
 
 class _Run:
@@ -81,6 +106,20 @@ class _Run:
         self.recorder = Recorder(time.monotonic())
         self.stop = asyncio.Event()
         self.started = time.monotonic()
+        self.failures = 0
+        self.first_error: BaseException | None = None
+        self.quiet_failures = False
+
+    def failed(self, error: BaseException, quiet: bool = False) -> None:
+        """A send that failed: counted, the first error kept for the last line. A failed
+        publish ends the run (figures of a failing run measure nothing); a request
+        without a reply (``quiet``: its own line says so) does not."""
+        self.failures += 1
+        if not quiet:
+            self.stop.set()
+        self.quiet_failures = quiet
+        if self.first_error is None:
+            self.first_error = error
 
     def done(self, count: int) -> bool:
         limit = self.args.num_messages
@@ -124,7 +163,11 @@ async def _paced(run: _Run, index: int) -> None:
 
 async def _produce(client: Client, run: _Run) -> None:
     args = run.args
-    producer = await client.create_producer(args.topic, batching=args.batching)
+    window = args.batch_time_window
+    batching = (args.batching or bool(window)) and not args.disable_batching
+    producer = await client.create_producer(
+        args.topic, batching=batching, batching_max_messages=args.batch_max_messages,
+        batching_max_delay=window / 1000 if window else 0.01)
     payload = os.urandom(args.size)
     slots = asyncio.Semaphore(args.max_outstanding)
     sent = 0
@@ -138,8 +181,13 @@ async def _produce(client: Client, run: _Run) -> None:
         def receipted(future: asyncio.Future[Any], begun: float = begun) -> None:
             slots.release()
             inflight.discard(future)
-            if not future.cancelled() and future.exception() is None:
+            if future.cancelled():
+                return
+            error = future.exception()
+            if error is None:
                 run.recorder.record(args.size, (loop.time() - begun) * 1000)
+            else:
+                run.failed(error)
 
         future = producer.send_async(payload)
         inflight.add(future)
@@ -152,9 +200,11 @@ async def _produce(client: Client, run: _Run) -> None:
 
 async def _consume(client: Client, run: _Run) -> None:
     args = run.args
+    earliest = args.earliest or args.subscription_position == "earliest"
     consumer = await client.subscribe(
         args.topic, args.subscription, subscription_type=args.subscription_type,
-        initial_position="earliest" if args.earliest else "latest",
+        initial_position="earliest" if earliest else "latest",
+        receiver_queue_size=args.receiver_queue_size,
     )
     received = 0
     while not run.done(received):
@@ -202,8 +252,9 @@ async def _request(client: Client, run: _Run) -> None:
         begun = loop.time()
         try:
             await producer.request(payload, timeout=args.timeout)
-        except TimeoutError:
+        except TimeoutError as exc:
             failures += 1
+            run.failed(exc, quiet=True)
             return
         run.recorder.record(args.size, (loop.time() - begun) * 1000)
 
@@ -240,6 +291,12 @@ async def perf(args: argparse.Namespace) -> int:
             run.stop.set()
             await asyncio.gather(*helpers)
     run.summary()
+    if run.failures:
+        if not run.quiet_failures:
+            error = run.first_error
+            print(f"magnetar perf: {run.failures} sends failed, the first with "
+                  f"{type(error).__name__}: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -248,4 +305,4 @@ def run_perf(args: argparse.Namespace) -> int:
         print("magnetar perf: -n and --time must be >= 0, --stats-interval > 0",
               file=sys.stderr)
         return 2
-    return run_client_command("perf", perf(args))
+    return run_client_command("perf", perf(args), args)

@@ -61,4 +61,4 @@ def run_request(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         print("magnetar request: --timeout must be positive", file=sys.stderr)
         return 2
-    return run_client_command("request", request(args))
+    return run_client_command("request", request(args), args)

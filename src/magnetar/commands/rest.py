@@ -6,7 +6,9 @@ Errors come back as :class:`AdminError` carrying the status and the broker's rea
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -48,10 +50,15 @@ def _reason(status: int, body: bytes, fallback: str) -> str:
 
 
 class RestClient:
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0, *,
+                 authorization: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        # A whole Authorization header (Basic ...), where ``token`` makes a Bearer one.
+        self.authorization = authorization
+        self.ssl_context = ssl_context
 
     def call(self, method: str, path: str, body: Any = None,
              query: dict[str, str] | None = None) -> Response:
@@ -65,12 +72,19 @@ class RestClient:
             headers["Content-Type"] = "application/json"
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        elif self.authorization:
+            headers["Authorization"] = self.authorization
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+            with urllib.request.urlopen(request, timeout=self.timeout,
+                                        context=self.ssl_context) as answer:
                 return Response(answer.status, dict(answer.headers.items()), answer.read())
         except urllib.error.HTTPError as exc:
             raise AdminError(exc.code, _reason(exc.code, exc.read(), exc.reason)) from None
+        except http.client.HTTPException:
+            # Something answered, but not HTTP: most likely the broker's binary port.
+            raise AdminError(0, f"{self.base_url} does not answer HTTP (is it the binary "
+                                "protocol port, 6650, rather than the admin port, 8080?)") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise AdminError(0, f"cannot reach {self.base_url}: {reason}") from None

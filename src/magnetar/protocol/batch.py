@@ -11,6 +11,8 @@ from magnetar.protocol.errors import MalformedFrame
 from magnetar.protocol.pb import pb
 
 _U32 = struct.Struct(">I")
+_unpack_u32 = _U32.unpack_from
+_parse_single = pb.SingleMessageMetadata.FromString
 # The fewest bytes one batched message takes: its size field and a
 # SingleMessageMetadata holding only payload_size (required) = 0.
 MIN_BATCHED_MESSAGE_SIZE = 6
@@ -18,22 +20,45 @@ MIN_BATCHED_MESSAGE_SIZE = 6
 
 def split_batch(payload: bytes, count: int) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
     """Cut an uncompressed batch payload into its ``count`` messages."""
+    if type(payload) is not bytes:
+        payload = bytes(payload)  # values are sliced from it: they must be bytes
     out: list[tuple[pb.SingleMessageMetadata, bytes]] = []
-    _walk(payload, count, out)
+    append = out.append
+    total = len(payload)
+    pos = 0
+    # The loop of every batched message a bulk reader decodes: names bound locally,
+    # metadata and value sliced from the bytes (cheaper than through a memoryview).
+    try:
+        for _ in range(count):
+            (size,) = _unpack_u32(payload, pos)
+            pos += 4
+            if pos + size > total:
+                raise MalformedFrame("single message metadata runs past the end of the batch")
+            single = _parse_single(payload[pos : pos + size])
+            pos += size
+            end = pos + single.payload_size
+            if end > total:
+                raise MalformedFrame("batched message runs past the end of the batch")
+            append((single, payload[pos:end]))
+            pos = end
+    except struct.error:
+        raise MalformedFrame("batch is shorter than its message count says") from None
+    except DecodeError as exc:
+        raise MalformedFrame(f"single message metadata does not parse: {exc}") from None
     return out
 
 
 def check_batch(payload: bytes | memoryview, count: int) -> None:
     """Raise :class:`MalformedFrame` unless ``payload`` is exactly ``count`` batched
     messages: the broker's check of a SEND's ``num_messages_in_batch`` (a consumer
-    splits the entry by that count). The same walk as :func:`split_batch`, keeping
-    nothing: about half a microsecond a message."""
+    splits the entry by that count). The walk of :func:`split_batch`, stricter and
+    keeping nothing: about half a microsecond a message."""
     if count * MIN_BATCHED_MESSAGE_SIZE > len(payload):
         raise MalformedFrame(
             f"a batch of {count} messages needs at least {count * MIN_BATCHED_MESSAGE_SIZE} "
             f"bytes; the payload has {len(payload)}"
         )
-    end = _walk(payload, count, None)
+    end = _walk(payload, count)
     if end != len(payload):
         raise MalformedFrame(
             f"the payload holds more than its {count} batched messages "
@@ -41,13 +66,9 @@ def check_batch(payload: bytes | memoryview, count: int) -> None:
         )
 
 
-def _walk(
-    payload: bytes | memoryview,
-    count: int,
-    out: list[tuple[pb.SingleMessageMetadata, bytes]] | None,
-) -> int:
-    """Walk ``count`` batched messages, appending them to ``out`` unless it is None
-    (one metadata object is then reused); the offset where the last one ends."""
+def _walk(payload: bytes | memoryview, count: int) -> int:
+    """Walk ``count`` batched messages (one metadata object reused, nothing kept); the
+    offset where the last one ends."""
     view = memoryview(payload)
     end = len(view)
     pos = 0
@@ -59,20 +80,16 @@ def _walk(
         pos += 4
         if size > end - pos:
             raise MalformedFrame("single message metadata runs past the end of the batch")
-        if out is not None:
-            single = pb.SingleMessageMetadata()
         try:
             single.ParseFromString(view[pos : pos + size])  # type: ignore[arg-type]  # upb reads any buffer
         except DecodeError as exc:
             raise MalformedFrame(f"single message metadata does not parse: {exc}") from None
-        if out is None and not single.HasField("payload_size"):
+        if not single.HasField("payload_size"):
             raise MalformedFrame("a batched message's metadata lacks its payload_size")
         pos += size
         stop = pos + single.payload_size
         if single.payload_size < 0 or stop > end:
             raise MalformedFrame("batched message runs past the end of the batch")
-        if out is not None:
-            out.append((single, bytes(view[pos:stop])))
         pos = stop
     return pos
 

@@ -20,6 +20,7 @@ from typing import TypeVar
 from pyspark.sql.datasource import InputPartition
 
 from magnetar.client import Client, Consumer, Message
+from magnetar.client.entry_reader import EntryReader
 from magnetar.client.topic_name import (
     complete_topic_name,
     partition_index,
@@ -38,6 +39,7 @@ from magnetar.spark.positions import (
     key_before,
     key_through,
     message_key,
+    seek_id,
     split_in_ledger,
 )
 
@@ -137,8 +139,6 @@ class Planner:
         return [p for names in lists for p in names]
 
     async def _matching(self, pattern: str) -> list[str]:
-        if "://" not in pattern:
-            pattern = "persistent://public/default/" + pattern
         regex = re.compile(pattern)
         domain, namespace = pattern_namespace(pattern)
         # The client's lookup service speaks GET_TOPICS_OF_NAMESPACE, as its own
@@ -263,6 +263,34 @@ class Planner:
         return sorted(cuts)
 
     # ------------------------------------------------------------ admission control
+
+    async def entries_in_bytes(
+        self, lo: dict[str, Key], hi: dict[str, Key], max_bytes: int
+    ) -> int:
+        """How many entries make about ``max_bytes`` (``maxBytesPerTrigger``, a soft
+        limit as in pulsar-spark): the size of the first entry each partition with a
+        backlog would read, decompressed, taken as its entries' size."""
+        behind = [t for t in hi if lo.get(t, BEFORE_ALL) < hi[t]]
+        if not behind:
+            return 1
+        sizes = await asyncio.gather(*(self._entry_size(t, lo.get(t, BEFORE_ALL))
+                                       for t in behind))
+        known = [s for s in sizes if s > 0]
+        each = sum(known) / len(known) if known else 1
+        return max(1, int(max_bytes // max(each, 1)))
+
+    async def _entry_size(self, topic: str, lo: Key) -> int:
+        reader = await EntryReader.create(
+            self.client, topic, seek_id(lo, partition_index(topic)),
+            start_message_id_inclusive=True, receiver_queue_size=2)
+        try:
+            while True:
+                entry = await reader.read_next(self.config.poll_timeout)
+                position = (entry.ledger_id, entry.entry_id)
+                if position > lo[:2] or (position == lo[:2] and lo[2] != WHOLE_ENTRY):
+                    return len(entry.payload)
+        finally:
+            await reader.close()
 
     async def capped_ends(
         self, lo: dict[str, Key], hi: dict[str, Key], max_entries: int

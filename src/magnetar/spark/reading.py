@@ -1,10 +1,11 @@
 """Executor-side reading: the messages of one :class:`TopicRange`, as record batches.
 
 A task knows nothing but its range and the source's options (both pickled to it): it
-opens its own client and a reader positioned at the entry holding ``lo``, keeps the
-messages whose keys lie in ``(lo, hi]`` and stops at the first key past ``hi``.  The
+opens its own client and an entry reader positioned at the entry holding ``lo``, keeps
+the messages whose keys lie in ``(lo, hi]`` (an entry's at once, see
+:mod:`magnetar.spark.entry_rows`) and stops at the first entry past ``hi``.  The
 client's loop runs on a background thread, which decodes the next chunk while Spark
-converts the last one.
+converts the last one.  A broker outage is retried (:mod:`magnetar.spark.retry`).
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from magnetar.client import Client, Reader
+from magnetar.client import Client
+from magnetar.client.entry_reader import EntryReader
 from magnetar.client.errors import TimeoutError
-from magnetar.protocol.message_id import MessageId
 from magnetar.spark._loop import BackgroundLoop
+from magnetar.spark.entry_rows import EntryRows
 from magnetar.spark.options import SourceConfig
 from magnetar.spark.planning import TopicRange
 from magnetar.spark.positions import BEFORE_ALL, WHOLE_ENTRY, Key, seek_id
-from magnetar.spark.rows import RowBuffer
+from magnetar.spark.retry import retrying
 
 log = logging.getLogger("magnetar.spark")
 
@@ -40,12 +42,17 @@ class DataLossError(RuntimeError):
     """Messages the query should read are gone."""
 
 
+class PollTimeout(RuntimeError):
+    """The broker has messages for the range but sent none within ``pollTimeoutMs``
+    (not retried: the reader waited that long already)."""
+
+
 def read_range(config: SourceConfig, part: object) -> Iterator[pa.RecordBatch]:
     """The record batches of ``part`` (nothing for Spark's placeholder partition)."""
     if not isinstance(part, TopicRange) or part.lo >= part.hi:
         return
     with BackgroundLoop() as loop:
-        reader = loop.run(RangeReader.open(config, part))
+        reader = RangeReader(config, part)
         future = None
         try:
             future = loop.submit(reader.next_batch())
@@ -61,82 +68,109 @@ def read_range(config: SourceConfig, part: object) -> Iterator[pa.RecordBatch]:
             loop.run(reader.close())
 
 
-def _ends_entry(mid: MessageId) -> bool:
-    """Whether the message ``mid`` is the last of its entry."""
-    return mid.batch_index < 0 or 0 < mid.batch_size <= mid.batch_index + 1
-
-
 class RangeReader:
-    """Reads one range with its own client (runs on the background loop)."""
+    """Reads one range with its own client (runs on the background loop), entry by
+    entry: each entry's messages inside the range go into the columns at once.
 
-    def __init__(self, client: Client, reader: Reader, config: SourceConfig,
-                 part: TopicRange) -> None:
-        self._client = client
-        self._reader = reader
+    A retriable failure (the broker went away, a lookup timed out) closes the client
+    and opens a new reader at the last message read, retried with backoff within
+    ``operationTimeoutMs`` (see :mod:`magnetar.spark.retry`): a broker restart
+    costs the task a wait, not its rows."""
+
+    def __init__(self, config: SourceConfig, part: TopicRange) -> None:
+        self._client: Client | None = None
+        self._reader: EntryReader | None = None
         self._config = config
         self._part = part
-        self._rows = RowBuffer(part.topic, part.partition)
+        self._rows = EntryRows(part.topic, part.partition)
         self._done = False
         self._first = True
+        self._floor = part.lo  # keys up to here are read (or before the range)
         self._waited = 0.0  # seconds spent waiting for messages the broker has
 
     @classmethod
     async def open(cls, config: SourceConfig, part: TopicRange) -> RangeReader:
-        client = config.client.connect()
-        try:
-            reader = await client.create_reader(
-                part.topic, seek_id(part.lo, part.partition), start_message_id_inclusive=True,
-                receiver_queue_size=config.receiver_queue_size,
-                subscription_role_prefix=config.subscription_prefix,
-            )
-        except BaseException:
+        """A reader of ``part``, connected now (``next_batch`` connects otherwise)."""
+        reader = cls(config, part)
+        await reader._open()
+        return reader
+
+    async def _open(self) -> EntryReader:
+        """The reader, opened (again) at the entry holding ``_floor``."""
+        if self._reader is not None:
+            return self._reader
+        config, part = self._config, self._part
+        client = self._client = config.client.connect()
+        self._reader = await EntryReader.create(
+            client, part.topic, seek_id(self._floor, part.partition),
+            start_message_id_inclusive=True,
+            receiver_queue_size=max(2, config.receiver_queue_size // 10),
+            subscription_role_prefix=config.subscription_prefix,
+        )
+        return self._reader
+
+    async def _drop(self, exc: BaseException | None = None) -> None:
+        """Forget the client and reader (after a failure: the next attempt reopens)."""
+        client, self._client, self._reader = self._client, None, None
+        if client is not None:
             await client.close()
-            raise
-        return cls(client, reader, config, part)
 
     async def next_batch(self) -> pa.RecordBatch | None:
-        """Up to ``rowsPerBatch`` rows; ``None`` once the range is done."""
-        lo, hi = self._part.lo, self._part.hi
+        """About ``rowsPerBatch`` rows (whole entries); ``None`` once the range is done."""
+        await retrying(self._fill, timeout=self._config.client.operation_timeout,
+                       what=f"reading {self._part.topic}", on_failure=self._drop)
         rows = self._rows
-        read = self._reader.read_next
-        room = self._config.rows_per_batch
-        # The per-message loop of every read: kept flat (no call that can be avoided).
-        while room and not self._done:
+        return rows.take() if len(rows) else None
+
+    async def _fill(self) -> None:
+        """Add entries' rows until there are ``rowsPerBatch`` or the range is done."""
+        hi = self._part.hi
+        rows = self._rows
+        read = (await self._open()).read_next
+        wanted = self._config.rows_per_batch
+        while len(rows) < wanted and not self._done:
             try:
-                msg = await read(_RECHECK_SECONDS)
+                entry = await read(_RECHECK_SECONDS)
             except TimeoutError:
                 self._done = await self._ends_early()
                 continue
             if self._waited:
                 self._waited = 0.0  # pollTimeoutMs is per message
-            mid = msg.message_id
-            index = mid.batch_index
-            key = (mid.ledger_id, mid.entry_id, index if index >= 0 else WHOLE_ENTRY)
+            position = (entry.ledger_id, entry.entry_id)
+            meta = entry.metadata
+            batched = meta.HasField("num_messages_in_batch")
             if self._first:
                 self._first = False
-                self._check_start(key)
-            if key <= lo:
-                continue
-            if key > hi:
+                self._check_start((*position, 0 if batched else WHOLE_ENTRY))
+            if position > hi[:2]:
                 self._done = True
                 break
-            rows.add(msg, key, mid.batch_size)
-            room -= 1
-            if key == hi or (key[:2] == hi[:2] and _ends_entry(mid)):
-                # hi may stand for its whole entry (an id without batch index, as the
-                # broker reports the last message of a batch of one).
-                self._done = True
-        return rows.take() if len(rows) else None
+            floor = self._floor
+            if position < floor[:2] or (position == floor[:2] and floor[2] == WHOLE_ENTRY):
+                continue  # read already, or before the range
+            if not batched:
+                rows.add(entry)
+                self._floor = (*position, WHOLE_ENTRY)
+            else:
+                size = meta.num_messages_in_batch
+                first = floor[2] + 1 if position == floor[:2] else 0
+                stop = min(size, hi[2] + 1) if position == hi[:2] else size
+                if first < stop:
+                    rows.add(entry, first, stop)
+                    self._floor = (*position, stop - 1)
+            if position == hi[:2]:
+                self._done = True  # every message of the range in this entry is read
 
     async def _ends_early(self) -> bool:
         """After a wait for a message: whether the topic ends before the range does (no
         more messages at all), which is data loss. Fails past ``pollTimeoutMs``."""
+        assert self._reader is not None
         if not await self._reader.has_message_available():
             self._lost(f"{self._part.topic} ended before {self._part.hi} was read")
             return True
         self._waited += _RECHECK_SECONDS
         if self._waited >= self._config.poll_timeout:
-            raise TimeoutError(
+            raise PollTimeout(
                 f"{self._part.topic}: no message within pollTimeoutMs "
                 f"({self._config.poll_timeout:.0f}s) although the broker has more"
             )
@@ -156,4 +190,4 @@ class RangeReader:
         log.warning("%s; going on (failOnDataLoss is false)", what)
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._drop()

@@ -25,8 +25,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from magnetar.client.message import Message
-
 VALUE = "value"
 KEY = "__key"
 TOPIC = "__topic"
@@ -59,93 +57,6 @@ def arrow_schema() -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(SCHEMA, timezone="UTC")
-
-
-_U64 = (1 << 64) - 1
-_WHOLE_ENTRY = 2**31 - 1  # as magnetar.spark.positions.WHOLE_ENTRY
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-class IdEncoder:
-    """``MessageId.serialize()`` for the messages of one topic partition, without a
-    protobuf object per message: the bytes of (ledger, entry, partition) are made once
-    per entry and the batch fields appended (the protobuf encoding, field by field)."""
-
-    def __init__(self, partition: int) -> None:
-        self._partition = b"\x18" + _varint(partition) if partition >= 0 else b""
-        self._entry: tuple[int, int] | None = None
-        self._prefix = b""
-        self._suffixes: dict[tuple[int, int], bytes] = {}
-
-    def __call__(self, ledger: int, entry: int, batch_index: int, batch_size: int) -> bytes:
-        if (ledger, entry) != self._entry:
-            self._entry = (ledger, entry)
-            self._prefix = (b"\x08" + _varint(ledger & _U64) + b"\x10" + _varint(entry & _U64)
-                            + self._partition)
-        if batch_index < 0 and batch_size <= 0:
-            return self._prefix
-        suffix = self._suffixes.get((batch_index, batch_size))
-        if suffix is None:
-            suffix = (b"\x20" + _varint(batch_index) if batch_index >= 0 else b"") + (
-                b"\x30" + _varint(batch_size) if batch_size > 0 else b"")
-            self._suffixes[(batch_index, batch_size)] = suffix
-        return self._prefix + suffix
-
-
-# What a reader keeps of a message until its batch is built: value, key, the key the
-# reader compared (ledger, entry, batch index or WHOLE_ENTRY), batch size, publish time,
-# event time, properties.
-PendingRow = tuple[bytes, str | None, tuple[int, int, int], int, int, int | None,
-                   dict[str, str]]
-
-
-class RowBuffer:
-    """Messages of one topic partition, gathered for one record batch.
-
-    A message costs one tuple here; the columns are built from them in :meth:`take`,
-    mostly by Arrow.
-    """
-
-    def __init__(self, topic: str, partition: int = -1) -> None:
-        self.topic = topic
-        self._encode_id = IdEncoder(partition)
-        self.rows: list[PendingRow] = []
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def add(self, msg: Message, key: tuple[int, int, int], batch_size: int) -> None:
-        """Add ``msg``, whose key (see :mod:`magnetar.spark.positions`) is ``key``."""
-        self.rows.append((msg.value, msg.key, key, batch_size, msg.publish_time,
-                          msg.event_time, msg.properties))
-
-    def take(self) -> pa.RecordBatch:
-        """The gathered rows as a record batch; the buffer starts afresh."""
-        schema = arrow_schema()
-        rows, self.rows = self.rows, []
-        values, keys, positions, sizes, publish, events, props = zip(*rows, strict=True)
-        encode = self._encode_id
-        ids = [encode(ledger, entry, -1 if index == _WHOLE_ENTRY else index, size)
-               for (ledger, entry, index), size in zip(positions, sizes, strict=True)]
-        stamp = schema.field(PUBLISH_TIME).type
-        columns = [
-            pa.array(values, pa.binary()),
-            pa.array(keys, pa.string()).cast(pa.binary()),
-            pa.array([self.topic] * len(rows), pa.string()),
-            pa.array(ids, pa.binary()),
-            pc.multiply(pa.array(publish, pa.int64()), 1000).cast(stamp),
-            pc.multiply(pa.array(events, pa.int64()), 1000).cast(stamp),
-            pa.array(props, schema.field(PROPERTIES).type),
-        ]
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 # ---------------------------------------------------------------- writing

@@ -23,6 +23,7 @@ from magnetar.spark._loop import BackgroundLoop
 from magnetar.spark.options import SinkConfig, SourceConfig
 from magnetar.spark.planning import Planner, TopicRange
 from magnetar.spark.reading import read_range
+from magnetar.spark.retry import retrying
 from magnetar.spark.rows import SCHEMA, check_write_columns
 from magnetar.spark.stream import PulsarStreamReader
 from magnetar.spark.writing import write_batches
@@ -72,7 +73,8 @@ class PulsarBatchReader(DataSourceReader):  # type: ignore[misc]
                 await planner.client.close()
 
         with BackgroundLoop() as loop:
-            return loop.run(plan())
+            return loop.run(retrying(plan, timeout=self.config.client.operation_timeout,
+                                     what="planning the pulsar source's ranges"))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(self.config, partition)

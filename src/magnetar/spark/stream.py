@@ -35,6 +35,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
@@ -52,6 +53,7 @@ from magnetar.spark.positions import (
     offsets_to_dict,
 )
 from magnetar.spark.reading import DATA_LOSS_HINT, DataLossError, read_range
+from magnetar.spark.retry import retrying
 
 log = logging.getLogger("magnetar.spark")
 R = TypeVar("R")
@@ -80,7 +82,12 @@ class StreamSession:
                 initial_position="earliest", receiver_queue_size=1,
             )
             lo = start[topic]
-            await consumer.seek(EARLIEST if lo == BEFORE_ALL else MessageId(lo[0], lo[1], -1))
+            try:
+                await consumer.seek(EARLIEST if lo == BEFORE_ALL
+                                    else MessageId(lo[0], lo[1], -1))
+            except BaseException:
+                await consumer.close()  # else the retry's subscription finds it busy
+                raise
             self._durable[topic] = consumer
 
         await asyncio.gather(*(subscribe(t) for t in new))
@@ -101,6 +108,12 @@ class StreamSession:
             end[topic] = top
         if isinstance(limit, ReadMaxRows):
             end = await self.planner.capped_ends(start, end, limit.max_rows)
+        max_bytes = (limit.max_bytes if isinstance(limit, ReadMaxBytes)
+                     else self.config.max_bytes_per_trigger if isinstance(limit, ReadMaxRows)
+                     else None)
+        if max_bytes:
+            entries = await self.planner.entries_in_bytes(start, end, max_bytes)
+            end = await self.planner.capped_ends(start, end, entries)
         return end
 
     async def commit(self, end: dict[str, Key]) -> None:
@@ -120,6 +133,16 @@ class StreamSession:
         if self.config.fail_on_data_loss:
             raise DataLossError(f"{what}. {DATA_LOSS_HINT}")
         log.warning("%s; going on (failOnDataLoss is false)", what)
+
+    async def run(self, work: Callable[[StreamSession], Coroutine[Any, Any, R]]) -> R:
+        """``work(self)``, retried across a broker outage within ``operationTimeoutMs``;
+        a failed attempt's probes are dropped (their next use opens new ones), the
+        durable subscriptions reconnect by themselves."""
+        async def dropped(exc: BaseException) -> None:
+            await self.planner.close()
+
+        return await retrying(lambda: work(self), timeout=self.config.client.operation_timeout,
+                              what="the pulsar source's offset query", on_failure=dropped)
 
     async def close(self) -> None:
         consumers = list(self._durable.values())
@@ -153,7 +176,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         if self._session is None:
             self._session = self._loop.run(start())
             self._stop_on_sigterm()
-        return self._loop.run(work(self._session))
+        return self._loop.run(self._session.run(work))
 
     def _stop_on_sigterm(self) -> None:
         """Spark ends this planner process with SIGTERM when the query stops, without
@@ -183,7 +206,10 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
 
     def getDefaultReadLimit(self) -> ReadLimit:
         per_trigger = self.config.max_entries_per_trigger
-        return ReadMaxRows(per_trigger) if per_trigger else ReadAllAvailable()
+        if per_trigger:
+            return ReadMaxRows(per_trigger)  # and maxBytesPerTrigger, if given, too
+        max_bytes = self.config.max_bytes_per_trigger
+        return ReadMaxBytes(max_bytes) if max_bytes else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = offsets_from_dict(start)

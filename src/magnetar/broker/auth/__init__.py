@@ -6,7 +6,7 @@ holds no authentication or authorization service and its handlers check nothing.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from magnetar.broker.auth.authorization import AuthorizationService
 from magnetar.broker.auth.basic import BasicProvider
@@ -88,14 +88,18 @@ def build_authentication(config: BrokerConfig) -> AuthenticationService | None:
 
 
 def build_authorization(
-    config: BrokerConfig, on_namespace_written: Callable[[str, str], None] | None = None
+    config: BrokerConfig,
+    on_namespace_written: Callable[[str, str], None] | None = None,
+    tenant_admins: Callable[[str], Collection[str]] = lambda tenant: (),
 ) -> AuthorizationService | None:
     """The authorization service (None: authorization off). ``on_namespace_written``
-    is told of each write of a namespace's policies file (others cache it)."""
+    is told of each write of a namespace's policies file (others cache it);
+    ``tenant_admins`` names a tenant's admin roles."""
     if not config.authorization_enabled:
         return None
     return AuthorizationService(
-        csv_setting(config.superuser_roles), config.data_dir, on_namespace_written
+        csv_setting(config.superuser_roles), config.data_dir, on_namespace_written,
+        tenant_admins,
     )
 
 

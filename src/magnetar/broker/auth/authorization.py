@@ -1,5 +1,7 @@
 """Authorization, as Pulsar's PulsarAuthorizationProvider: superuser roles may do
-anything; other roles may produce to or consume from a topic when its namespace, or
+anything; a tenant's admin roles (its TenantInfo's ``adminRoles``) may do anything in
+that tenant, as Pulsar's provider falls back to tenant-admin access for every topic
+operation; other roles may produce to or consume from a topic when its namespace, or
 the topic itself, grants them that action.
 
 Grants live in the namespace's policies file (shared with other namespace policies)
@@ -14,7 +16,7 @@ namespace's file is read once and kept (only this class writes these keys).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +56,10 @@ class AuthorizationService:
         superuser_roles: Iterable[str],
         data_dir: Path,
         on_namespace_written: Callable[[str, str], None] | None = None,
+        tenant_admins: Callable[[str], Collection[str]] = lambda tenant: (),
     ) -> None:
         self.superusers = frozenset(r for r in superuser_roles if r)
+        self._tenant_admins = tenant_admins  # a tenant's adminRoles (none if no tenant)
         self._data_dir = Path(data_dir)
         self._on_namespace_written = on_namespace_written
         self._cache: dict[str, dict[str, Any]] = {}
@@ -65,11 +69,19 @@ class AuthorizationService:
     def is_superuser(self, role: str | None) -> bool:
         return role is not None and role in self.superusers
 
-    def allowed(self, role: str | None, topic: TopicName, action: str) -> bool:
-        """May ``role`` do ``action`` on ``topic`` (a superuser may do anything)."""
+    def is_tenant_admin(self, role: str | None, tenant: str) -> bool:
+        """A superuser, or one of ``tenant``'s admin roles (Pulsar's
+        validateTenantAdminAccess): it may administer everything in the tenant."""
         if role is None:
             return False
-        if role in self.superusers:
+        return role in self.superusers or role in self._tenant_admins(tenant)
+
+    def allowed(self, role: str | None, topic: TopicName, action: str) -> bool:
+        """May ``role`` do ``action`` on ``topic`` (a superuser may do anything, a
+        tenant admin anything in its tenant)."""
+        if role is None:
+            return False
+        if self.is_tenant_admin(role, topic.tenant):
             return True
         policies = self._policies(topic.tenant, topic.namespace)
         if action in policies["namespace_auth"].get(role, ()):
@@ -84,11 +96,12 @@ class AuthorizationService:
         return self.allowed(role, topic, CONSUME)
 
     def can_list_topics(self, role: str | None, tenant: str, namespace: str) -> bool:
-        """As Pulsar's GET_TOPICS namespace operation: a superuser, or a role granted
-        produce or consume on the namespace itself (a topic's grant is not enough)."""
+        """As Pulsar's GET_TOPICS namespace operation: a superuser or tenant admin, or
+        a role granted produce or consume on the namespace itself (a topic's grant is
+        not enough)."""
         if role is None:
             return False
-        if role in self.superusers:
+        if self.is_tenant_admin(role, tenant):
             return True
         granted = self._policies(tenant, namespace)["namespace_auth"].get(role, ())
         return PRODUCE in granted or CONSUME in granted

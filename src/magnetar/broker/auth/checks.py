@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from magnetar.broker.auth.authorization import CONSUME, PRODUCE
+from magnetar.broker.policies.namespaces import NamespaceNotFound
 from magnetar.broker.session.handlers.errors import CommandError
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
+    from magnetar.broker.session.context import Session
     from magnetar.broker.session.peer import AnyConnection
 
 _WHAT = {PRODUCE: "Publish", CONSUME: "subscribe"}
@@ -37,13 +39,30 @@ def require(cnx: AnyConnection, topic: TopicName, action: str, what: str = "") -
         raise CommandError(pb.AuthorizationError, why)
 
 
-def require_producer(cnx: AnyConnection, topic: TopicName, initial_subscription: str) -> None:
+def require_namespace(cnx: Session, topic: TopicName) -> None:
+    """CommandError TopicNotFound when the topic's tenant or namespace does not exist
+    (and using it would not create it): Pulsar answers so before any authorization
+    check, whoever asks."""
+    try:
+        cnx.service.namespaces.check(topic.namespace_name)
+    except NamespaceNotFound as exc:
+        raise CommandError(pb.TopicNotFound, str(exc)) from None
+
+
+def require_producer(cnx: Session, topic: TopicName, initial_subscription: str) -> None:
     """PRODUCER's check: produce, and consume too when it asks for an initial
     subscription (PIP-124), as Pulsar checks SUBSCRIBE for it: a role that may only
     produce would otherwise create a subscription that holds the topic's entries."""
+    require_namespace(cnx, topic)
     require(cnx, topic, PRODUCE)
     if initial_subscription:
         require(cnx, topic, CONSUME, f"subscribe (initial subscription {initial_subscription!r})")
+
+
+def require_subscribe(cnx: Session, topic: TopicName) -> None:
+    """SUBSCRIBE's check: an existing namespace (TopicNotFound), then consume."""
+    require_namespace(cnx, topic)
+    require(cnx, topic, CONSUME)
 
 
 def list_topics_refusal(cnx: AnyConnection, namespace: str) -> str | None:

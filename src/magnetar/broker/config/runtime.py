@@ -41,8 +41,8 @@ class RuntimeSettings:
             "magnetar serve only: after a full cyclic garbage collection longer than this "
             "many seconds, what survived it is frozen out of the collector (gc.freeze), so "
             "later full collections stay short however many topics and connections are "
-            "loaded (cyclic garbage among frozen objects waits for every 16th freeze, "
-            "which collects everything once); 0 disables"
+            "loaded (cyclic garbage among frozen objects waits for a freeze ten minutes "
+            "after the last such reclaim, which collects everything once); 0 disables"
         ),
     )
     log_level: str = field(

@@ -9,8 +9,8 @@ both. The non-transitive forms compare with the latest version, the ``_TRANSITIV
 forms with every live version. Other schema types (STRING, the primitives, KEY_VALUE,
 PROTOBUF_NATIVE) are judged by type alone, as Pulsar's default check does.
 
-The rules themselves are Apache Avro's own port of its Java ``SchemaCompatibility``
-(``avro.compatibility``), so a verdict matches the one Pulsar's broker reaches.
+The rules are those of Avro's resolving decoder, as Avro's ``SchemaValidator`` applies
+them for Pulsar (avro_resolution.py): record names are not compared.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
+
+from magnetar.broker.features.avro_resolution import resolution_errors
 
 # The avro package is imported on first use (by the first schema with a definition):
 # with its decimal and json codecs it is a megabyte most brokers never need.
@@ -311,17 +313,12 @@ def _check_all(existing: Sequence[SchemaData], new: SchemaData, strategy: Strate
 def _require_read(
     reader: avro.schema.Schema, writer: avro.schema.Schema, strategy: Strategy, what: str
 ) -> None:
-    from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
-
-    checker = ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
-    result = checker.get_compatibility(reader, writer)
-    if result.compatibility is not SchemaCompatibilityType.incompatible:
+    errors = resolution_errors(reader, writer)
+    if not errors:
         return
-    details = "; ".join(sorted(result.messages))
-    where = ", ".join(sorted(result.locations))
     raise IncompatibleSchema(
         f"Error during schema compatibility check with strategy {strategy.value}: {what}: "
-        f"{details} (at {where}); reader {_brief(reader)}, writer {_brief(writer)}"
+        f"{'; '.join(errors[:5])}; reader {_brief(reader)}, writer {_brief(writer)}"
     )
 
 

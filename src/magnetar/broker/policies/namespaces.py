@@ -121,6 +121,11 @@ class NamespaceRegistry:
         except KeyError:
             raise TenantNotFound(tenant) from None
 
+    def admin_roles(self, tenant: str) -> list[str]:
+        """The tenant's admin roles (none for a tenant that does not exist)."""
+        info = self._tenants.get(tenant)
+        return info.admin_roles if info is not None else []
+
     def create_tenant(self, tenant: str, info: TenantInfo) -> None:
         if tenant in self._tenants:
             raise AlreadyExists(f"Tenant {tenant} already exists")

@@ -43,7 +43,7 @@ def handle_subscribe(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     if not request.subscription:
         raise CommandError(pb.NotAllowedError, "subscription name is empty")
     name = topic_name(request.topic)
-    checks.require(cnx, name, CONSUME)  # before the topic is created for it
+    checks.require_subscribe(cnx, name)  # before the topic is created for it
     problem = name_problem("subscription", request.subscription)
     if problem:
         raise CommandError(pb.NotAllowedError, problem)

@@ -19,16 +19,18 @@ if TYPE_CHECKING:
 def handle_lookup(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     lookup = command.lookupTopic
     response = pb.CommandLookupTopicResponse(request_id=lookup.request_id)
-    refused = lookup_refusal(cnx, lookup.topic, "Lookup")
-    if refused is not None:
-        response.response = pb.CommandLookupTopicResponse.Failed
-        response.error = pb.AuthorizationError
-        response.message = refused
-        cnx.write_command(outgoing.lookup_response(response))
-        return
     try:
         name = TopicName.parse(lookup.topic)
+        # A missing tenant or namespace is TopicNotFound before any authorization
+        # check, as Pulsar answers it (its provider looks the tenant up first).
         cnx.service.namespaces.check(name.namespace_name)
+        refused = lookup_refusal(cnx, lookup.topic, "Lookup")
+        if refused is not None:
+            response.response = pb.CommandLookupTopicResponse.Failed
+            response.error = pb.AuthorizationError
+            response.message = refused
+            cnx.write_command(outgoing.lookup_response(response))
+            return
         listener = select(cnx.config, lookup.advertised_listener_name)
     except InvalidTopicName as exc:
         response.response = pb.CommandLookupTopicResponse.Failed
@@ -64,16 +66,16 @@ def handle_lookup(cnx: Session, command: BaseCommand, frame: Frame) -> None:
 def handle_partitioned_metadata(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     request = command.partitionMetadata
     response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
-    refused = lookup_refusal(cnx, request.topic, "Get Partition Metadata")
-    if refused is not None:
-        response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
-        response.error = pb.AuthorizationError
-        response.message = refused
-        cnx.write_command(outgoing.partitioned_metadata_response(response))
-        return
     try:
         name = TopicName.parse(request.topic)
-        cnx.service.namespaces.check(name.namespace_name)
+        cnx.service.namespaces.check(name.namespace_name)  # before authorization, as LOOKUP
+        refused = lookup_refusal(cnx, request.topic, "Get Partition Metadata")
+        if refused is not None:
+            response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+            response.error = pb.AuthorizationError
+            response.message = refused
+            cnx.write_command(outgoing.partitioned_metadata_response(response))
+            return
         partitions = cnx.service.partitions_for_lookup(name, request.metadata_auto_creation_enabled)
     except InvalidTopicName as exc:
         response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
