@@ -23,7 +23,7 @@ from magnetar.broker.config import (
     load_config,
     os_reason,
 )
-from magnetar.broker.gc_freeze import GcFreezer
+from magnetar.broker.observability.gc_freeze import GcFreezer
 from magnetar.commands import register as register_client_commands
 from magnetar.commands import run as run_client_command
 from magnetar.healthcheck import add_healthcheck_parser, run_healthcheck

@@ -15,7 +15,7 @@ import pulsar
 import pytest
 from admin_http import http, ok, wait_for
 
-from magnetar.broker.rates import MovingRate, RateTracker
+from magnetar.broker.observability.rates import MovingRate, RateTracker
 from magnetar.testing import EmbeddedBroker
 
 NS = "/admin/v2/persistent/public/default"

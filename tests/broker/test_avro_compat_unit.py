@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from magnetar.broker.schema_compat import (
+from magnetar.broker.features.schema_compat import (
     AVRO,
     JSON,
     WIRE_TYPES,
@@ -25,7 +25,7 @@ from magnetar.broker.schema_compat import (
     same_definition,
     validate,
 )
-from magnetar.broker.schemas import (
+from magnetar.broker.features.schemas import (
     SchemaRegistry,
     namespace_strategy,
     set_namespace_strategy,

@@ -13,7 +13,13 @@ import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, Record, String
 
-from magnetar.broker.schema_compat import AVRO, IncompatibleSchema, SchemaData, Strategy, check
+from magnetar.broker.features.schema_compat import (
+    AVRO,
+    IncompatibleSchema,
+    SchemaData,
+    Strategy,
+    check,
+)
 from magnetar.testing import EmbeddedBroker
 
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import pulsar
 
-from magnetar.broker.connection import PAUSED_WRITE, ServerCnx
+from magnetar.broker.session.connection import PAUSED_WRITE, ServerCnx
 from magnetar.protocol.frames import FrameDecoder, encode_payload_command, max_frame_size
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker

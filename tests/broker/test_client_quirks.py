@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from magnetar.broker.client_quirks import understands_end_of_topic
+from magnetar.broker.session.client_quirks import understands_end_of_topic
 
 
 def test_cpp_clients_up_to_4_2_are_not_told() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.broker.compaction import (
+from magnetar.broker.features.compaction import (
     CompactionCancelled,
     compact,
     kept_part,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.broker.dedup import (
+from magnetar.broker.features.dedup import (
     DUP,
     NOT_DUP,
     RAW_PRODUCER_NAME,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from magnetar.broker.raw_entries import append_raw_entry_blocking
+from magnetar.broker.features.raw_entries import append_raw_entry_blocking
 from magnetar.client import Client
 from magnetar.protocol.frames import Frame, encode_payload_command
 from magnetar.protocol.pb import BaseCommand, pb

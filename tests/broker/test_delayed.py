@@ -166,7 +166,7 @@ def test_a_long_run_of_delayed_entries_is_walked_in_bounded_rounds(
     the run is still delivered at once."""
     import asyncio
 
-    from magnetar.broker import dispatch_round as rounds
+    from magnetar.broker.topics import dispatch_round as rounds
 
     consumer = client.subscribe(topic, "many-delayed", consumer_type=CT.Shared)
     producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)

@@ -11,14 +11,14 @@ import pulsar
 import pytest
 from official_client import quiet_logger
 
-from magnetar.broker import service as service_module
+from magnetar.broker.topics import loader as loader_module
 from magnetar.testing import EmbeddedBroker
 
 
 def test_a_relief_unloads_the_oldest_unused_topics_up_to_its_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(service_module, "RELIEF_MAX_TOPICS", 5)
+    monkeypatch.setattr(loader_module, "RELIEF_MAX_TOPICS", 5)
     prefix = f"persistent://public/default/relief-{uuid.uuid4().hex[:8]}"
     names = [f"{prefix}-{index}" for index in range(12)]
     with EmbeddedBroker() as broker:

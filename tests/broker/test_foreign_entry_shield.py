@@ -27,7 +27,7 @@ import pulsar
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from official_client import quiet_logger
 
-from magnetar.broker.raw_entries import append_raw_entry_blocking
+from magnetar.broker.features.raw_entries import append_raw_entry_blocking
 from magnetar.client import Client, EntryContext, KafkaPayloadProcessor, MessagePayload
 from magnetar.testing import EmbeddedBroker
 

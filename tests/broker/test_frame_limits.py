@@ -18,7 +18,7 @@ import pulsar
 import pytest
 from official_client import quiet_logger
 
-from magnetar.broker.raw_entries import EntryTooLarge, append_raw_entry_blocking
+from magnetar.broker.features.raw_entries import EntryTooLarge, append_raw_entry_blocking
 from magnetar.client import Client, MessageTooBig
 from magnetar.protocol.frames import dispatch_frame_size, encode_payload_command, max_frame_size
 from magnetar.protocol.pb import BaseCommand, pb

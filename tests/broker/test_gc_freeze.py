@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from magnetar.broker.gc_freeze import GcFreezer
+from magnetar.broker.observability.gc_freeze import GcFreezer
 
 
 class Clock:

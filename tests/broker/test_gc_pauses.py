@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import urllib.request
 
-from magnetar.broker.gc_pauses import GcPauseRecorder
+from magnetar.broker.observability.gc_pauses import GcPauseRecorder
 from magnetar.testing import EmbeddedBroker
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from magnetar.broker.idle_poll import IdlePoller
+from magnetar.broker.session.idle_poll import IdlePoller
 
 
 class FakeClock:

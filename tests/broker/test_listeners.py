@@ -17,7 +17,7 @@ import pytest
 from official_client import quiet_logger
 
 from magnetar.broker.config import BrokerConfig, ConfigError
-from magnetar.broker.listeners import parse_listeners
+from magnetar.broker.session.listeners import parse_listeners
 from magnetar.client import Client
 from magnetar.client.errors import NotAllowed
 from magnetar.protocol.pb import BaseCommand, pb

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from magnetar.broker.config import BrokerConfig, ConfigError
-from magnetar.broker.loop_lag import LoopLagProbe
+from magnetar.broker.observability.loop_lag import LoopLagProbe
 from magnetar.testing import EmbeddedBroker
 
 

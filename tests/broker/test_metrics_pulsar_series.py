@@ -16,7 +16,7 @@ import pulsar
 from official_client import quiet_logger
 from prometheus_client.parser import text_string_to_metric_families
 
-from magnetar.broker.rates import RateTracker
+from magnetar.broker.observability.rates import RateTracker
 from magnetar.storage.record import HEADER_SIZE
 from magnetar.testing import EmbeddedBroker
 

@@ -7,7 +7,7 @@ import pulsar
 import pytest
 from official_client import quiet_logger
 
-from magnetar.broker import metrics
+from magnetar.broker.observability import metrics
 from magnetar.testing import EmbeddedBroker
 
 from .test_storage_metrics import sample, scrape

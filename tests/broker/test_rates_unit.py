@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from magnetar.broker.rates import SAMPLE_CHUNK, MovingRate, RateTracker
+from magnetar.broker.observability.rates import SAMPLE_CHUNK, MovingRate, RateTracker
 
 
 def test_a_steady_counter_gives_its_rate_over_the_window() -> None:

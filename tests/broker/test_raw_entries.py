@@ -7,7 +7,7 @@ magnetar's client (with a Kafka processor) and for the official client.
 
 The official client (pulsar-client 3.13, C++) cannot read a Kafka entry tagged as a
 batch of N: it would parse the Kafka bytes as a Pulsar batch (N empty messages, or a
-SIGSEGV for a non-zero base offset). The broker shields it (broker/shield.py): it gets
+SIGSEGV for a non-zero base offset). The broker shields it (broker/topics/shield.py): it gets
 each such entry as one message holding the raw bytes, as an entry without
 ``num_messages`` is anyway; test_foreign_entry_shield.py has the rest.
 """
@@ -32,7 +32,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from official_client import quiet_logger
 
-from magnetar.broker.raw_entries import (
+from magnetar.broker.features.raw_entries import (
     EntryTooLarge,
     RawEntryRefused,
     append_raw_entry_blocking,

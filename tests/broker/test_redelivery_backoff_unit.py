@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.redelivery_backoff import RedeliveryBackoffPolicy
+from magnetar.broker.policies.redelivery_backoff import RedeliveryBackoffPolicy
 from magnetar.broker.service import BrokerService
 from magnetar.protocol.pb import BaseCommand, pb
 

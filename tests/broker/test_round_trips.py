@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from magnetar.broker.metrics import RoundTrips
+from magnetar.broker.observability.metrics import RoundTrips
 
 
 def _buckets(trips: RoundTrips) -> dict[str, float]:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from magnetar.broker.stall_tracer import StallTracer
+from magnetar.broker.observability.stall_tracer import StallTracer
 from magnetar.testing import EmbeddedBroker
 
 

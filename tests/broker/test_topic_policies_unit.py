@@ -1,5 +1,5 @@
-"""Retention, TTL and backlog quota evaluation on their own (broker/topic_policies.py,
-broker/retention_policies.py): the time is an argument, segments and publish times are
+"""Retention, TTL and backlog quota evaluation on their own (broker/policies/topic_policies.py,
+broker/policies/retention_policies.py): the time is an argument, segments and publish times are
 made up, namespace policies live in a real data directory."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from magnetar.broker.config import BrokerConfig, ConfigError
-from magnetar.broker.retention_policies import (
+from magnetar.broker.policies.retention_policies import (
     MEGABYTE,
     BacklogQuota,
     Retention,
@@ -19,7 +19,7 @@ from magnetar.broker.retention_policies import (
     check_ttl,
     quota_fits_retention,
 )
-from magnetar.broker.topic_policies import (
+from magnetar.broker.policies.topic_policies import (
     age_exceeded,
     expired_through,
     first_within,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from magnetar.broker import connection
+from magnetar.broker.session import connection
 from magnetar.protocol.frames import FrameDecoder
 from magnetar.protocol.pb import BaseCommand
 from magnetar.testing import EmbeddedBroker

@@ -17,7 +17,7 @@ import crc32c
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from magnetar.broker.raw_entries import append_raw_entry
+from magnetar.broker.features.raw_entries import append_raw_entry
 from magnetar.client import (
     DEFAULT_PROCESSOR,
     EARLIEST,

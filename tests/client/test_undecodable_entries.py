@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.broker.entry_info import info_from_metadata
 from magnetar.broker.topic_name import TopicName
+from magnetar.broker.topics.entry_info import info_from_metadata
 from magnetar.client import Client
 from magnetar.protocol.compression import LZ4
 from magnetar.protocol.frames import build_entry

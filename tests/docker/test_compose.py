@@ -22,7 +22,7 @@ import pulsar
 import pytest
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.listeners import parse_listeners, select
+from magnetar.broker.session.listeners import parse_listeners, select
 from magnetar.testing.embedded import free_port
 
 from .image import DOCKER, compose, env_of_image, image_env, start_entrypoint, stop, wait_healthy

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from admin_http import http
 
-from magnetar.broker.connection import _HANDLERS
+from magnetar.broker.session.connection import _HANDLERS
 from magnetar.protocol.frames import encode_command, encode_payload_command
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.testing import EmbeddedBroker

@@ -15,7 +15,7 @@ import pulsar
 import pytest
 from official_client import quiet_logger
 
-from magnetar.broker.connection import ServerCnx
+from magnetar.broker.session.connection import ServerCnx
 from magnetar.client import AuthenticationToken, Client
 from magnetar.protocol.frames import FrameDecoder, encode_command
 from magnetar.protocol.pb import BaseCommand, pb

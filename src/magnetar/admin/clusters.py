@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from magnetar.admin.tenants import fail
-from magnetar.broker.listeners import select
-from magnetar.broker.namespaces import CLUSTER
+from magnetar.broker.policies.namespaces import CLUSTER
+from magnetar.broker.session.listeners import select
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.storage.fsutil import atomic_write, fsync_dir
 

@@ -24,12 +24,15 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from magnetar.admin.paths import namespace_of, topics_of
-from magnetar.broker.compaction_service import CompactionAlreadyRunning, CompactionNotAllowed
+from magnetar.broker.features.compaction_service import (
+    CompactionAlreadyRunning,
+    CompactionNotAllowed,
+)
 
 if TYPE_CHECKING:
-    from magnetar.broker.compaction_service import CompactionService
+    from magnetar.broker.features.compaction_service import CompactionService
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.topic import Topic
+    from magnetar.broker.topics.topic import Topic
 
 TOPIC_BASE = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
 COMPACTION_PATH = TOPIC_BASE + "/compaction"

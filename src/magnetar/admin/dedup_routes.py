@@ -22,7 +22,7 @@ from magnetar.admin.paths import namespace_of, topics_of
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.topic import Topic
+    from magnetar.broker.topics.topic import Topic
 
 NAMESPACE_PATH = "/admin/v2/namespaces/{tenant}/{namespace}/deduplication"
 TOPIC_PATHS = (

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from magnetar.admin.tenants import client_lookup, fail
-from magnetar.broker.listeners import ListenerNotFound, select
+from magnetar.broker.session.listeners import ListenerNotFound, select
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import pb
 

@@ -29,12 +29,14 @@ from typing import Any
 
 from magnetar.broker.auth.authorization import POLICY_NAME as AUTH
 from magnetar.broker.auth.authorization import check_actions
-from magnetar.broker.compaction_service import POLICY_NAME as COMPACTION
-from magnetar.broker.dedup_policy import POLICY_NAME as DEDUP
-from magnetar.broker.namespaces import CLUSTER
-from magnetar.broker.redelivery_backoff import POLICY_NAME as BACKOFF
-from magnetar.broker.redelivery_backoff import RedeliveryBackoffPolicy
-from magnetar.broker.retention_policies import (
+from magnetar.broker.features.compaction_service import POLICY_NAME as COMPACTION
+from magnetar.broker.features.schema_compat import Strategy
+from magnetar.broker.features.schemas import POLICY_NAME as SCHEMA_STRATEGY
+from magnetar.broker.policies.dedup_policy import POLICY_NAME as DEDUP
+from magnetar.broker.policies.namespaces import CLUSTER
+from magnetar.broker.policies.redelivery_backoff import POLICY_NAME as BACKOFF
+from magnetar.broker.policies.redelivery_backoff import RedeliveryBackoffPolicy
+from magnetar.broker.policies.retention_policies import (
     BACKLOG_QUOTAS,
     DESTINATION_STORAGE,
     MESSAGE_TTL,
@@ -45,8 +47,6 @@ from magnetar.broker.retention_policies import (
     check_ttl,
     quota_fits_retention,
 )
-from magnetar.broker.schema_compat import Strategy
-from magnetar.broker.schemas import POLICY_NAME as SCHEMA_STRATEGY
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 

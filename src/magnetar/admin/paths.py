@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from magnetar.broker.topic import TopicUnavailable
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.broker.topics.topic import TopicUnavailable
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.topic import Topic
+    from magnetar.broker.topics.topic import Topic
 
 
 def namespace_of(request: web.Request) -> tuple[str, str]:

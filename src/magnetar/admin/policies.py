@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from magnetar.admin.paths import namespace_of, topics_of
-from magnetar.broker.redelivery_backoff import RedeliveryBackoffPolicy
+from magnetar.broker.policies.redelivery_backoff import RedeliveryBackoffPolicy
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.topic import Topic
+    from magnetar.broker.topics.topic import Topic
 
 NAMESPACE_PATH = "/admin/v2/namespaces/{tenant}/{namespace}/redeliveryBackoff"
 TOPIC_PATH = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}/redeliveryBackoff"

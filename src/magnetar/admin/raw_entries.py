@@ -7,7 +7,7 @@
     (body: the payload, any content type)
 
 answers ``200 {"ledgerId": ..., "entryId": ..., "partitionIndex": ...}`` once the entry
-is durable (see :mod:`magnetar.broker.raw_entries`). The metadata fields come as query
+is durable (see :mod:`magnetar.broker.features.raw_entries`). The metadata fields come as query
 parameters or, the same names, as headers: ``num_messages`` (X-Magnetar-Num-Messages),
 ``key`` (X-Magnetar-Key), ``ordering_key`` (X-Magnetar-Ordering-Key, its UTF-8 bytes),
 ``event_time`` in ms (X-Magnetar-Event-Time), ``producer_name``
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from magnetar.broker.raw_entries import EntryTooLarge, RawEntryRefused, append_raw_entry
+from magnetar.broker.features.raw_entries import EntryTooLarge, RawEntryRefused, append_raw_entry
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import pb
 

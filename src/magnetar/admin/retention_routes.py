@@ -14,7 +14,7 @@ bytes, "limitTime": seconds, "policy": "producer_request_hold"}`` for the
 A GET of an unset policy answers 204, ``?applied=true`` on a topic gives the one in
 force (topic, else namespace, else broker configuration). A value Pulsar refuses is
 answered with its status (412) and words. A partitioned topic's policies are set on
-(and read from) its partitions. Enforcement: broker/topic_policies.py.
+(and read from) its partitions. Enforcement: broker/policies/topic_policies.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 from aiohttp import web
 
 from magnetar.admin.paths import applied, namespace_of, topics_of
-from magnetar.broker.retention_policies import (
+from magnetar.broker.policies.retention_policies import (
     DESTINATION_STORAGE,
     BacklogQuota,
     Retention,
@@ -36,9 +36,9 @@ from magnetar.broker.retention_policies import (
 )
 
 if TYPE_CHECKING:
-    from magnetar.broker.retention_policies import RetentionPolicyStore
+    from magnetar.broker.policies.retention_policies import RetentionPolicyStore
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.topic import Topic
+    from magnetar.broker.topics.topic import Topic
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from aiohttp import web
 
-from magnetar.broker.schema_compat import (
+from magnetar.broker.features.schema_compat import (
     WIRE_TYPES,
     IncompatibleSchema,
     InvalidSchema,
@@ -32,18 +32,18 @@ from magnetar.broker.schema_compat import (
     Strategy,
     type_name,
 )
-from magnetar.broker.schemas import (
+from magnetar.broker.features.schemas import (
     namespace_strategy,
     set_namespace_strategy,
     set_topic_strategy,
     topic_strategy,
 )
-from magnetar.broker.topic import TopicUnavailable
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.broker.topics.topic import TopicUnavailable
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.topic import Topic
+    from magnetar.broker.topics.topic import Topic
     from magnetar.storage import SchemaEntry
 
 SCHEMA_BASE = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"

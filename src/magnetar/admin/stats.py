@@ -3,7 +3,7 @@
 ConsumerStats, PublisherStats and PersistentTopicInternalStats.
 
 Rates (``msgRateIn``, ``msgThroughputOut``...) come from the broker's moving-window
-rate tracker (broker/rates.py); positions are printed as Pulsar prints them,
+rate tracker (broker/observability/rates.py); positions are printed as Pulsar prints them,
 ``ledger:entry``, and a cursor's individually deleted ranges as ``[(l:e..l:e]]``.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.topic import Topic
+    from magnetar.broker.topics.topic import Topic
 
 # Summed over partitions in partitioned-stats (topic level and per subscription).
 _TOPIC_SUMS = (

@@ -15,7 +15,7 @@ body is ``{"ledgerId": 12, "entryId": 3}`` (``-1, -1`` is the earliest, Long.MAX
 latest), or the JSON string ``"earliest"``/``"latest"``; PUT without a body creates the
 subscription at the latest. On a partitioned topic every partition is acted on
 (peek excepted: 405, as Pulsar). A reset closes the subscription's consumers, whose
-clients resubscribe at the new position (broker/admin_ops.py).
+clients resubscribe at the new position (broker/features/admin_ops.py).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from aiohttp import web
 
 from magnetar.admin.errors import fail
 from magnetar.admin.topic_routes import TOPIC, all_topics, message_response, one_topic
-from magnetar.broker import admin_ops
+from magnetar.broker.features import admin_ops
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.subscription import Subscription
-    from magnetar.broker.topic import Topic
+    from magnetar.broker.topics.subscription import Subscription
+    from magnetar.broker.topics.topic import Topic
 
 SUB = TOPIC + "/subscription/{sub}"
 

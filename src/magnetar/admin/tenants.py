@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from aiohttp import web
 
 from magnetar.admin.namespace_policies import PolicyRefused, initial_policies, pulsar_policies
-from magnetar.broker.namespaces import (
+from magnetar.broker.policies.namespaces import (
     CLUSTER,
     AlreadyExists,
     NamespaceNotFound,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
 import itertools
 import logging
@@ -14,46 +13,42 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from magnetar.broker.auth import build_authentication, build_authorization, build_tls_context
-from magnetar.broker.compaction_service import CompactionService
 from magnetar.broker.config import BrokerConfig, ConfigError, listen_error, os_reason
-from magnetar.broker.connection import ServerCnx
-from magnetar.broker.dedup_policy import DedupPolicies, settings_from_config
-from magnetar.broker.gc_pauses import GcPauseRecorder
-from magnetar.broker.idle_poll import IdlePoller
-from magnetar.broker.limits import ConnectionLimits, PublishBuffer, UnauthenticatedBuffers
-from magnetar.broker.loop_lag import LoopLagProbe
-from magnetar.broker.metrics import BrokerMetrics
-from magnetar.broker.namespaces import NamespaceRegistry
-from magnetar.broker.rates import RateTracker
-from magnetar.broker.redelivery_backoff import BackoffPolicies, RedeliveryBackoffPolicy
-from magnetar.broker.request_log import RequestLog
-from magnetar.broker.retention_policies import RetentionPolicyStore
-from magnetar.broker.rpc import ReplyRouter
-from magnetar.broker.stall_tracer import StallTracer
-from magnetar.broker.topic import Topic, TopicUnavailable
+from magnetar.broker.features.compaction_service import CompactionService
+from magnetar.broker.features.request_log import RequestLog
+from magnetar.broker.features.rpc import ReplyRouter
+from magnetar.broker.observability.gc_pauses import GcPauseRecorder
+from magnetar.broker.observability.loop_lag import LoopLagProbe
+from magnetar.broker.observability.metrics import BrokerMetrics
+from magnetar.broker.observability.rates import RateTracker
+from magnetar.broker.observability.stall_tracer import StallTracer
+from magnetar.broker.policies.dedup_policy import DedupPolicies, settings_from_config
+from magnetar.broker.policies.namespaces import NamespaceRegistry
+from magnetar.broker.policies.redelivery_backoff import BackoffPolicies, RedeliveryBackoffPolicy
+from magnetar.broker.policies.retention_policies import RetentionPolicyStore
+from magnetar.broker.policies.topic_policies import PolicyEnforcer
+from magnetar.broker.session.connection import ServerCnx
+from magnetar.broker.session.idle_poll import IdlePoller
+from magnetar.broker.session.limits import ConnectionLimits, PublishBuffer, UnauthenticatedBuffers
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
-from magnetar.broker.topic_policies import PolicyEnforcer
+from magnetar.broker.topics.loader import UNLOAD_GROUP, TopicLoader
+from magnetar.broker.topics.topic import Topic
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
-from magnetar.storage import CorruptLedger, LedgerConfig, ManagedLedger, Store, TopicMetadata
-from magnetar.storage.compacted_ledger import open_in_force
+from magnetar.storage import LedgerConfig, Store
 from magnetar.storage.dir_lock import DataDirLock
-from magnetar.storage.errors import StorageError
-from magnetar.storage.ledger_ids import LedgerIds, begin_ledger
 
 if TYPE_CHECKING:
-    from magnetar.broker.producer import Producer
+    from magnetar.broker.topics.producer import Producer
 
 log = logging.getLogger("magnetar.broker")
 
-RELIEF_MAX_TOPICS = 256  # unloaded per relief when the file descriptors run out
-_UNLOAD_GROUP = 32  # topics unloaded together: their closes' worker-thread hops overlap
 
 
 NON_PERSISTENT_DIR = "non-persistent-scratch"
 
 
-class BrokerService:
+class BrokerService(TopicLoader):
     def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] = time.time) -> None:
         config.validate()
         self.config = config
@@ -62,50 +57,19 @@ class BrokerService:
         self.idle_poller: IdlePoller = None  # type: ignore[assignment]  # set by start()
         self.topics: dict[str, Topic] = {}
         self.connections: set[ServerCnx] = set()
-        self.connection_limits = ConnectionLimits(
-            config.max_connections, config.max_connections_per_ip
-        )
-        self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_bytes)
-        self.unauthenticated_buffers = UnauthenticatedBuffers(
-            config.max_unauthenticated_buffer_bytes
-        )
-        self.loop_lag = LoopLagProbe(config.loop_lag_probe_interval)
-        self.stall_tracer = StallTracer(config.loop_stall_trace_seconds)
-        self.gc_pauses = GcPauseRecorder()
-        if self.loop_lag.enabled and self.stall_tracer.enabled:
-            self.loop_lag.on_wake = self.stall_tracer.beat
+        self._init_limits(config)
+        self._init_probes(config)
         self.metrics = BrokerMetrics(self)
         self.rates = RateTracker()  # moving-window msg/byte rates for the stats
         self.replies = ReplyRouter(self)
         self.requests = RequestLog(
             config.rpc_remembered_requests, config.rpc_reply_hold_seconds, self.clock
         )
-        self.backoff_policies = BackoffPolicies(
-            RedeliveryBackoffPolicy.from_config(config), config.data_dir
-        )
-        self.dedup_settings = settings_from_config(config)
-        self.dedup_policies = DedupPolicies(
-            config.broker_deduplication_enabled,
-            config.data_dir,
-            on_namespace_written=self._namespace_policies_written,
-        )
-        # Retention, message TTL and backlog quotas (broker/topic_policies.py).
-        self.retention_policies = RetentionPolicyStore(
-            config, config.data_dir, on_namespace_written=self._namespace_policies_written
-        )
-        self.topic_policies = PolicyEnforcer(self.retention_policies, config, clock)
-        self.compaction = CompactionService(self)
+        self._init_policies(config)
         self._producer_seq = itertools.count()
         self._started_ms = self.clock_ms() % (1 << 40)
         self._server: asyncio.AbstractServer | None = None
-        # Security: None when off, and then the handlers check nothing.
-        self.authentication = build_authentication(config)
-        self.authorization = build_authorization(
-            config,
-            self._namespace_policies_written,
-            lambda tenant: self.namespaces.admin_roles(tenant),  # set below, used later
-        )
-        self.tls_context = build_tls_context(config)
+        self._init_security(config)
         self._tls_server: asyncio.AbstractServer | None = None
         self._timers: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -121,6 +85,66 @@ class BrokerService:
         self._loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="magnetar-load")
         self._relieving: asyncio.Task[int] | None = None
         self._info_trimmed_share = config.entry_info_cache_max_entries
+        self._init_storage(config)
+        self.namespaces = NamespaceRegistry(
+            config.data_dir,
+            auto_create=config.allow_auto_namespace_creation,
+            topics_in=lambda namespace: self.topics_of_namespace(
+                namespace, pb.CommandGetTopicsOfNamespace.ALL
+            ),
+            on_deleted=self._namespace_deleted,
+        )
+
+    def _init_limits(self, config: BrokerConfig) -> None:
+        """Connection limits and the buffers the connections share."""
+        self.connection_limits = ConnectionLimits(
+            config.max_connections, config.max_connections_per_ip
+        )
+        self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_bytes)
+        self.unauthenticated_buffers = UnauthenticatedBuffers(
+            config.max_unauthenticated_buffer_bytes
+        )
+
+    def _init_probes(self, config: BrokerConfig) -> None:
+        """The probes that watch the process: loop lag, stalls, GC pauses."""
+        self.loop_lag = LoopLagProbe(config.loop_lag_probe_interval)
+        self.stall_tracer = StallTracer(config.loop_stall_trace_seconds)
+        self.gc_pauses = GcPauseRecorder()
+        if self.loop_lag.enabled and self.stall_tracer.enabled:
+            self.loop_lag.on_wake = self.stall_tracer.beat
+
+    def _init_policies(self, config: BrokerConfig) -> None:
+        """The policies in force on topics (broker defaults from ``config``); compaction."""
+        self.backoff_policies = BackoffPolicies(
+            RedeliveryBackoffPolicy.from_config(config), config.data_dir
+        )
+        self.dedup_settings = settings_from_config(config)
+        self.dedup_policies = DedupPolicies(
+            config.broker_deduplication_enabled,
+            config.data_dir,
+            on_namespace_written=self._namespace_policies_written,
+        )
+        # Retention, message TTL and backlog quotas (broker/policies/topic_policies.py).
+        self.retention_policies = RetentionPolicyStore(
+            config, config.data_dir, on_namespace_written=self._namespace_policies_written
+        )
+        self.topic_policies = PolicyEnforcer(self.retention_policies, config, self.clock)
+        self.compaction = CompactionService(self)
+
+    def _init_security(self, config: BrokerConfig) -> None:
+        """Authentication, authorization and TLS: None when off (the handlers then check
+        nothing)."""
+        self.authentication = build_authentication(config)
+        self.authorization = build_authorization(
+            config,
+            self._namespace_policies_written,
+            lambda tenant: self.namespaces.admin_roles(tenant),  # set below, used later
+        )
+        self.tls_context = build_tls_context(config)
+
+    def _init_storage(self, config: BrokerConfig) -> None:
+        """The data directory's lock and the stores: persistent topics, and beside them
+        the non-persistent ones."""
         self._dir_lock = DataDirLock(config.data_dir)
         ledger_config = LedgerConfig(
             segment_max_bytes=config.segment_max_bytes,
@@ -149,14 +173,6 @@ class BrokerService:
             segment_files=self.store.segment_files,
         )
         self._scratch_dir = scratch
-        self.namespaces = NamespaceRegistry(
-            config.data_dir,
-            auto_create=config.allow_auto_namespace_creation,
-            topics_in=lambda namespace: self.topics_of_namespace(
-                namespace, pb.CommandGetTopicsOfNamespace.ALL
-            ),
-            on_deleted=self._namespace_deleted,
-        )
 
     def clock_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -328,76 +344,17 @@ class BrokerService:
             if 0 < max_unused < len(unused):
                 unused.sort(key=lambda pair: pair[0])
                 excess = [topic for _since, topic in unused[: len(unused) - max_unused]]
-                for start in range(0, len(excess), _UNLOAD_GROUP):
+                for start in range(0, len(excess), UNLOAD_GROUP):
                     # A group at a time, as a relief does: one by one, unloads fell
                     # behind 250 new topics a second and the loaded ones piled up.
                     await asyncio.gather(*(
                         self._unload_if_unused(topic, "over max_unused_loaded_topics")
-                        for topic in excess[start : start + _UNLOAD_GROUP]
+                        for topic in excess[start : start + UNLOAD_GROUP]
                     ))
-                    for topic in excess[start : start + _UNLOAD_GROUP]:
+                    for topic in excess[start : start + UNLOAD_GROUP]:
                         idle_since.pop(topic.name, None)
             for name in [n for n in idle_since if n not in self.topics]:
                 del idle_since[name]
-
-    async def _unload_if_unused(self, topic: Topic, reason: str) -> None:
-        if not topic.has_clients():  # it may have got one while others were unloaded
-            await self.unload_topic(topic, reason)
-
-    def relieve_descriptor_pressure(self) -> asyncio.Task[int]:
-        """The process ran out of file descriptors: unload up to ``RELIEF_MAX_TOPICS``
-        of the topics nobody uses, oldest loaded first (one relief at a time); the
-        commands that failed are handled again when it is done. A relief frees enough
-        for hundreds of loads and ends in a moment even with thousands of idle topics
-        (all of them at once took 17 s at 6,600 on a busy machine, and the clients
-        waiting on it timed out); if the descriptors run out again, so does another."""
-        if self._relieving is None or self._relieving.done():
-            self._relieving = self.loop.create_task(
-                self._unload_unused_topics("out of file descriptors", RELIEF_MAX_TOPICS)
-            )
-        return self._relieving
-
-    async def _unload_unused_topics(self, reason: str, limit: int) -> int:
-        """Unload at most ``limit`` loaded topics without producers or consumers,
-        oldest loaded first, a group at a time; how many."""
-        unused = [t for t in self.topics.values() if not t.has_clients()][:limit]
-        for start in range(0, len(unused), _UNLOAD_GROUP):
-            group = unused[start : start + _UNLOAD_GROUP]
-            await asyncio.gather(*(self.unload_topic(topic, reason) for topic in group))
-        if unused:
-            log.warning("unloaded %d unused topics: %s", len(unused), reason)
-        return len(unused)
-
-    async def unload_topic(self, topic: Topic, reason: str) -> None:
-        """Close ``topic`` and drop it from memory; its clients are told to reconnect,
-        which loads it again (recovering its files)."""
-        if self.topics.get(topic.name) is not topic:
-            return
-        del self.topics[topic.name]
-        done = self.loop.create_future()
-        self._unloading[topic.name] = done
-        try:
-            for sub in list(topic.subscriptions.values()):
-                for consumer in list(sub.consumers):
-                    consumer.cnx.consumer_closed_by_broker(consumer)
-            for producer in list(topic.producers.values()):
-                producer.cnx.close_producer_by_broker(producer)
-            for waiter in list(topic.access.waiters):
-                waiter.cnx.close_producer_by_broker(waiter)
-            try:
-                await topic.close()
-            except Exception:
-                log.exception("closing %s while unloading it failed", topic.name)
-            log.info("unloaded topic %s (%s)", topic.name, reason)
-        finally:
-            del self._unloading[topic.name]
-            done.set_result(None)
-
-    def _topic_failed(self, topic: Topic) -> None:
-        """A storage error on ``topic``: unload it, so that its clients' reconnects load
-        it afresh (a new ledger) once the cause is gone, without a broker restart."""
-        if self.topics.get(topic.name) is topic and not self._stopping:
-            self.loop.create_task(self.unload_topic(topic, "storage failure"))
 
     async def _retention(self) -> None:
         while True:
@@ -467,196 +424,6 @@ class BrokerService:
         return f"standalone-{self.config.port}-{self._started_ms:x}-{next(self._producer_seq)}"
 
     # ------------------------------------------------------------ topics
-
-    def _store_for(self, name: TopicName) -> Store:
-        return self.store if name.persistent else self.scratch_store
-
-    def _exists(self, name: TopicName) -> bool:
-        return str(name) in self.topics or self._store_for(name).topic_dir(str(name)).exists()
-
-    def get_topic(self, name: TopicName, *, create: bool = True, explicit: bool = False) -> Topic:
-        """The loaded topic, loading or creating it on the loop thread (admin and
-        embedded use; clients' commands use :meth:`load_topic`). LookupError if absent
-        and not created.
-
-        ``create`` lets a client's use create it, where ``allow_auto_topic_creation``
-        permits; ``explicit`` (an admin's request) creates it regardless.
-        """
-        full = str(name)
-        topic = self.topics.get(full)
-        if topic is not None:
-            return topic
-        self._check_loadable(name, create, explicit)
-        if full in self._loading:
-            raise TopicUnavailable(f"topic {full} is loading; try again")
-        return self._install(name, *self._open_files(name))
-
-    def load_topic(self, name: TopicName, *, create: bool = True) -> asyncio.Future[Topic]:
-        """The topic, loaded in a worker thread if it is not loaded yet: recovering a
-        large log (reading, checking records) does not stall the loop meanwhile.
-        Raises at once what :meth:`get_topic` would (LookupError, ValueError,
-        TopicUnavailable while it unloads); a failed load fails the future."""
-        full = str(name)
-        topic = self.topics.get(full)
-        future: asyncio.Future[Topic] = self.loop.create_future()
-        if topic is not None:
-            future.set_result(topic)
-            return future
-        loading = self._loading.get(full)
-        if loading is not None:
-            return loading
-        self._check_loadable(name, create, False)
-        self._loading[full] = future
-
-        async def load() -> None:
-            try:
-                try:
-                    opened = await self._load_files(name)
-                except TopicUnavailable as exc:
-                    # Out of file descriptors: topics nobody uses give theirs back.
-                    if exc.os_errno not in (errno.EMFILE, errno.ENFILE):
-                        raise
-                    if not await self.relieve_descriptor_pressure():
-                        raise
-                    opened = await self._load_files(name)
-                future.set_result(self._install(name, *opened))
-            except BaseException as exc:  # the waiters get it; nothing is left behind
-                future.set_exception(exc)
-            finally:
-                del self._loading[full]
-
-        self.loop.create_task(load())
-        return future
-
-    async def _load_files(self, name: TopicName) -> tuple[ManagedLedger, TopicMetadata, LedgerIds]:
-        """``_open_files`` on a loader thread; no ledger syncs on the loop meanwhile (a
-        topic's creation keeps the file system's journal busy)."""
-        job = self.loop.run_in_executor(self._loader, self._open_files, name)
-        self._store_for(name).sync_load.job_started(job)
-        return await job
-
-    def _check_loadable(self, name: TopicName, create: bool, explicit: bool) -> None:
-        full = str(name)
-        if full in self._unloading:
-            raise TopicUnavailable(f"topic {full} is being unloaded; try again")
-        if name.partition_index < 0 and self.store.get_partitions(full):
-            raise ValueError(
-                f"topic {full} is partitioned; producers and consumers attach to its partitions"
-            )
-        allowed = create and (explicit or self.config.allow_auto_topic_creation)
-        if allowed and self.namespaces.exists(name.namespace_name):
-            # Served whether or not it exists yet, so the file system is not asked here,
-            # on the loop: a stat of its directory waited up to 190 ms for the journal
-            # while thousands of topics were created beside it. The loader logs a creation.
-            return
-        if not self._exists(name):
-            base = name.partitioned_base
-            is_known_partition = (
-                name.partition_index >= 0
-                and (self.store.get_partitions(str(base)) or 0) > name.partition_index
-            )
-            if not is_known_partition and not allowed:
-                self.namespaces.check(name.namespace_name)  # the clearer of the two reasons
-                raise LookupError(f"topic {full} does not exist")
-            self.namespaces.ensure(name.namespace_name)  # NamespaceNotFound is a LookupError
-
-    def _open_files(self, name: TopicName) -> tuple[ManagedLedger, TopicMetadata, LedgerIds]:
-        """Open (and recover) the topic's log and metadata and begin its new ledger:
-        file work only, safe in a worker thread. TopicUnavailable names a failure."""
-        full = str(name)
-        store = self._store_for(name)
-        ledger = None
-        try:
-            if not store.topic_dir(full).exists():
-                log.info("creating topic %s", full)
-            ledger = store.open_ledger(full)
-            ledger.open_persisted_cursors()  # its subscriptions' files, off the loop too
-            metadata = store.topic_metadata(full)
-            ledger.compacted = open_in_force(ledger.directory, metadata.compaction.get("file"))
-            first = ledger.first_entry_id
-            if ledger.compacted is not None and ledger.compacted.first_position is not None:
-                first = min(first, ledger.compacted.first_position)  # ids it serves
-            ledgers = begin_ledger(metadata, ledger.next_entry_id, first, self.clock_ms() // 1000)
-            return ledger, metadata, ledgers
-        except BaseException as exc:
-            # Whatever failed after the ledger opened, its files and its directory's
-            # lock go back (a lock kept would refuse every later load of the topic).
-            if ledger is not None:
-                ledger.abort()
-            if not isinstance(exc, CorruptLedger | OSError):
-                raise
-            failure = exc
-        if isinstance(failure, CorruptLedger):
-            log.error("cannot load topic %s: %s", full, failure)
-            raise TopicUnavailable(
-                f"cannot load topic {full}: its log is corrupt ({failure.reason} at offset "
-                f"{failure.offset} of {failure.path.parent.name}/{failure.path.name}); an "
-                "operator can cut it there with `magnetar repair`",
-                storage_error=True,
-            )
-        reason = failure.strerror or str(failure)
-        code = errno.errorcode.get(failure.errno or 0, "")
-        log.error("cannot load topic %s: %s", full, failure)
-        raise TopicUnavailable(
-            f"cannot load topic {full}: {reason}" + (f" ({code})" if code else ""),
-            storage_error=True,
-            os_errno=failure.errno,
-        )
-
-    def _install(
-        self, name: TopicName, ledger: ManagedLedger, metadata: TopicMetadata, ledgers: LedgerIds
-    ) -> Topic:
-        full = str(name)
-        topic = Topic(
-            name,
-            ledger,
-            metadata,
-            self.loop,
-            self.clock_ms,
-            self.config.max_unacked_per_consumer,
-            self.config.dispatch_before_sync,
-            self._info_share,
-            ledgers,
-            self.config.delayed_delivery_max_tracked,
-            max_redelivery_counts=self.config.max_redelivery_counts_per_subscription,
-        )
-        topic.on_storage_failure = self._topic_failed
-        topic.redelivery_backoff_of = self.backoff_policies.effective
-        topic.schemas.policy_root = self.config.data_dir  # namespace schema policies
-        self.topics[full] = topic
-        max_unused = self.config.max_unused_loaded_topics
-        # Topics in use are never unloaded: counting them keeps a broker with many of
-        # them from running a pass over every topic on every load.
-        if max_unused > 0 and len(self.topics) > max_unused + self._in_use + _UNLOAD_GROUP:
-            self._unload_wanted.set()  # now, not at the next pass: see _idle_unloader
-        self.compaction.topic_loaded(topic)
-        topic.dedup.settings = self.dedup_settings
-        try:
-            self.apply_deduplication(topic)
-        except (OSError, StorageError) as exc:
-            # Its state could not be loaded: refuse publishes rather than let
-            # duplicates in; unloading lets the next use try again.
-            topic.failure = f"cannot load the deduplication state of {full}: {exc}"
-            log.error("%s", topic.failure)
-            self._topic_failed(topic)
-        share = self._info_share()
-        if share < self._info_trimmed_share * 3 // 4:
-            # Topics filled their caches while their share was larger.
-            self._info_trimmed_share = share
-            for other in self.topics.values():
-                other.trim_info_cache()
-        return topic
-
-    def _info_share(self) -> int:
-        """A topic's share of ``entry_info_cache_max_entries``: the loaded topics
-        together keep at most about that many EntryInfo (and 64 each at least)."""
-        return max(64, self.config.entry_info_cache_max_entries // max(1, len(self.topics)))
-
-    def find_topic(self, name: TopicName) -> Topic | None:
-        try:
-            return self.get_topic(name, create=False)
-        except (LookupError, ValueError):
-            return None
 
     def create_partitioned_topic(self, topic: str, partitions: int) -> None:
         """Create ``topic`` with ``partitions`` partitions (Python API; admin REST uses it too)."""

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.namespaces import CLUSTER
+from magnetar.broker.policies.namespaces import CLUSTER
 from magnetar.broker.service import BrokerService
 from magnetar.server import Server
 from magnetar.storage.namespaces_store import TenantInfo

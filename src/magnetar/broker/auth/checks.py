@@ -12,33 +12,34 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from magnetar.broker.auth.authorization import CONSUME, PRODUCE
-from magnetar.broker.handlers.errors import CommandError
-from magnetar.broker.namespaces import NamespaceNotFound
+from magnetar.broker.policies.namespaces import NamespaceNotFound
+from magnetar.broker.session.handlers.errors import CommandError
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.connection import ServerCnx
+    from magnetar.broker.session.context import Session
+    from magnetar.broker.session.peer import AnyConnection
 
 _WHAT = {PRODUCE: "Publish", CONSUME: "subscribe"}
 
 
-def refusal(cnx: ServerCnx, topic: TopicName, action: str, what: str = "") -> str | None:
+def refusal(cnx: AnyConnection, topic: TopicName, action: str, what: str = "") -> str | None:
     """Why ``cnx``'s role may not do ``action`` on ``topic`` (None: it may)."""
-    authorization = cnx.service.authorization
+    authorization = cnx.authorization
     if authorization is None or authorization.allowed(cnx.role, topic, action):
         return None
     return f"Client is not authorized to {what or _WHAT[action]} (role {cnx.role!r} on {topic})"
 
 
-def require(cnx: ServerCnx, topic: TopicName, action: str, what: str = "") -> None:
+def require(cnx: AnyConnection, topic: TopicName, action: str, what: str = "") -> None:
     """CommandError AuthorizationError unless ``cnx``'s role may do ``action``."""
     why = refusal(cnx, topic, action, what)
     if why is not None:
         raise CommandError(pb.AuthorizationError, why)
 
 
-def require_namespace(cnx: ServerCnx, topic: TopicName) -> None:
+def require_namespace(cnx: Session, topic: TopicName) -> None:
     """CommandError TopicNotFound when the topic's tenant or namespace does not exist
     (and using it would not create it): Pulsar answers so before any authorization
     check, whoever asks."""
@@ -48,7 +49,7 @@ def require_namespace(cnx: ServerCnx, topic: TopicName) -> None:
         raise CommandError(pb.TopicNotFound, str(exc)) from None
 
 
-def require_producer(cnx: ServerCnx, topic: TopicName, initial_subscription: str) -> None:
+def require_producer(cnx: Session, topic: TopicName, initial_subscription: str) -> None:
     """PRODUCER's check: produce, and consume too when it asks for an initial
     subscription (PIP-124), as Pulsar checks SUBSCRIBE for it: a role that may only
     produce would otherwise create a subscription that holds the topic's entries."""
@@ -58,16 +59,16 @@ def require_producer(cnx: ServerCnx, topic: TopicName, initial_subscription: str
         require(cnx, topic, CONSUME, f"subscribe (initial subscription {initial_subscription!r})")
 
 
-def require_subscribe(cnx: ServerCnx, topic: TopicName) -> None:
+def require_subscribe(cnx: Session, topic: TopicName) -> None:
     """SUBSCRIBE's check: an existing namespace (TopicNotFound), then consume."""
     require_namespace(cnx, topic)
     require(cnx, topic, CONSUME)
 
 
-def list_topics_refusal(cnx: ServerCnx, namespace: str) -> str | None:
+def list_topics_refusal(cnx: AnyConnection, namespace: str) -> str | None:
     """Why GET_TOPICS_OF_NAMESPACE of ``namespace`` ("tenant/ns") is refused (None: it
     is not)."""
-    authorization = cnx.service.authorization
+    authorization = cnx.authorization
     if authorization is None:
         return None
     tenant, _, local = namespace.partition("/")
@@ -78,10 +79,10 @@ def list_topics_refusal(cnx: ServerCnx, namespace: str) -> str | None:
             f"(role {cnx.role!r} on {namespace})")
 
 
-def lookup_refusal(cnx: ServerCnx, topic: str, what: str) -> str | None:
+def lookup_refusal(cnx: AnyConnection, topic: str, what: str) -> str | None:
     """Why a lookup of ``topic`` is refused: the role may neither produce nor consume
     (as Pulsar's canLookup). An invalid name is left to the lookup to answer."""
-    authorization = cnx.service.authorization
+    authorization = cnx.authorization
     if authorization is None:
         return None
     try:

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar import __version__
 from magnetar.broker.auth.providers import (
     Authenticated,
     AuthenticationFailed,
@@ -24,16 +23,16 @@ from magnetar.broker.auth.providers import (
     AuthenticationService,
     Credentials,
 )
-from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.broker.session import outgoing
+from magnetar.protocol.pb import pb
 
 if TYPE_CHECKING:
     import asyncio
 
-    from magnetar.broker.connection import ServerCnx
+    from magnetar.broker.session.peer import AnyConnection
 
 log = logging.getLogger("magnetar.broker.auth")
 
-T = BaseCommand.Type
 REFRESH_AUTH_DATA = b"PulsarAuthRefresh"  # Pulsar's AuthData.REFRESH_AUTH_DATA_BYTES
 NO_REQUEST = (1 << 64) - 1  # Pulsar answers connection-level errors on request id -1
 MAX_AUTH_DATA = 64 * 1024  # credentials larger than this are refused unread
@@ -42,7 +41,7 @@ MAX_AUTH_DATA = 64 * 1024  # credentials larger than this are refused unread
 class ConnectionAuth:
     def __init__(
         self,
-        cnx: ServerCnx,
+        cnx: AnyConnection,
         service: AuthenticationService,
         refresh_seconds: float,
         clock: Callable[[], float] = time.time,
@@ -182,16 +181,7 @@ class ConnectionAuth:
             return
         self._challenged = True
         cnx.write_command(
-            BaseCommand(
-                type=T.AUTH_CHALLENGE,
-                authChallenge=pb.CommandAuthChallenge(
-                    server_version=f"magnetar/{__version__}",
-                    protocol_version=cnx.protocol_version,
-                    challenge=pb.AuthData(
-                        auth_method_name=self.method, auth_data=REFRESH_AUTH_DATA
-                    ),
-                ),
-            )
+            outgoing.auth_challenge(cnx.protocol_version, self.method, REFRESH_AUTH_DATA)
         )
         self._arm()
 

@@ -1,0 +1,66 @@
+"""A consumer attached to a subscription: permits, in-flight entries, identity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from magnetar.broker.topics.batch_acks import encode_message_frame_with_ack_set
+from magnetar.protocol.fastpath import encode_message_frame
+
+if TYPE_CHECKING:
+    from magnetar.broker.session.peer import ClientConnection
+    from magnetar.broker.topics.subscription import Subscription
+
+
+@dataclass(eq=False)
+class Consumer:
+    cnx: ClientConnection[Any, Consumer]
+    consumer_id: int
+    name: str
+    subscription: Subscription
+    priority_level: int = 0
+    consumer_epoch: int | None = None
+    hash_ranges: list[tuple[int, int]] | None = None  # Key_Shared STICKY ranges, inclusive
+    permits: int = 0
+    # entry id -> message count of the entry, for entries sent and not yet acked
+    pending: dict[int, int] = field(default_factory=dict)
+    messages_out: int = 0
+    bytes_out: int = 0
+    closed: bool = False
+    told_end_of_topic: bool = False
+    announced: bool = False  # SUBSCRIBE answered: the client knows this consumer id
+    # SUBSCRIBE's metadata (shown in stats) and the capabilities it declares, read once
+    # at subscribe (protocol/capabilities.py): dispatch tests the flags, nothing else.
+    metadata: dict[str, str] = field(default_factory=dict)
+    reads_foreign_entries: bool = False
+    backs_off_itself: bool = False
+
+    def can_receive(self, max_unacked: int) -> bool:
+        return (
+            self.permits > 0
+            and not self.closed
+            and self.cnx.writable
+            and len(self.pending) < max_unacked
+        )
+
+    def send_entry(
+        self, entry_id: int, message_id: bytes, entry: bytes, messages: int, redelivery_count: int,
+        ack_set: list[int] | None = None,
+    ) -> None:
+        """``messages``: how many of the entry's messages the consumer gets (those
+        ``ack_set`` leaves, for a partly acked batch)."""
+        self.permits -= messages
+        self.pending[entry_id] = messages
+        self.messages_out += messages
+        self.bytes_out += len(entry)
+        if ack_set is None:
+            frame = encode_message_frame(
+                self.consumer_id, message_id, redelivery_count, entry, self.consumer_epoch
+            )
+        else:
+            frame = encode_message_frame_with_ack_set(
+                self.consumer_id, message_id, redelivery_count, entry, self.consumer_epoch,
+                ack_set,
+            )
+        self.cnx.write(frame)
