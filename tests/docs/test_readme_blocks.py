@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from magnetar.testing import EmbeddedBroker
+
 from .readme_blocks import (
     Block,
     parse_blocks,
@@ -76,7 +77,7 @@ def run_block(block: Block, broker: EmbeddedBroker, work: Path) -> str | None:
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as exc:
-        return f"no end within {BLOCK_TIMEOUT} s\n{exc.stdout or ''}{exc.stderr or ''}"
+        return f"no end within {BLOCK_TIMEOUT} s\n{exc.stdout!r}\n{exc.stderr!r}"
     if done.returncode == 0:
         return None
     return f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -114,11 +115,11 @@ def test_markers_and_set_up_lines_decide_what_runs() -> None:
         "text\n<!-- not run: needs a second cluster -->\n\n```sh\nmagnetar mirror\n```\n"
         "<!-- file: c.toml -->\n```toml\na = 1\n```\n"
         "```sh\nmake run\npip install x\nmagnetar serve --port 1 \\\n  --x 2\ncurl -s u\n```\n"
-        "```sh\ndocker build .\n```\n"
+        "```sh\ndocker build .\n# a comment\n```\n"
         "  ```\n  curl a\n  ```\n"
         "```json\n{}\n```\n"
     )
-    assert [b.line for b in blocks] == [4, 8, 11, 18, 21, 24]
+    assert [b.line for b in blocks] == [4, 8, 11, 18, 22, 25]
     mirror, conf, mixed, docker, indented, data = blocks
     assert skip_reason(mirror) == "needs a second cluster"
     assert skip_reason(conf) is None and conf.file_name == "c.toml"
