@@ -29,7 +29,7 @@ from magnetar.commands import run as run_client_command
 from magnetar.healthcheck import add_healthcheck_parser, run_healthcheck
 from magnetar.logs import configure_logging
 from magnetar.server import Server
-from magnetar.storage.dir_lock import DataDirInUse
+from magnetar.storage.dir_lock import DataDirInUse, DataDirLock
 from magnetar.tokens_cli import add_tokens_parser, run_tokens
 
 log = logging.getLogger("magnetar")
@@ -108,12 +108,20 @@ def repair(topic: str, data_dir: Path, dry_run: bool) -> int:
     except InvalidTopicName as exc:
         print(f"magnetar: {exc}", file=sys.stderr)
         return 2
-    store = Store(data_dir, LedgerConfig())
+    # A broker holds this lock while it runs: cutting a log under it would race its writes.
+    lock = DataDirLock(data_dir)
     try:
-        cut = store.truncate_at_corruption(name, dry_run=dry_run)
+        if data_dir.is_dir():
+            lock.acquire()
+        cut = Store(data_dir, LedgerConfig()).truncate_at_corruption(name, dry_run=dry_run)
+    except DataDirInUse as exc:
+        print(f"magnetar: cannot repair {name}: {exc}; stop it first", file=sys.stderr)
+        return 2
     except (FileNotFoundError, StorageError) as exc:
         print(f"magnetar: cannot repair {name}: {exc}", file=sys.stderr)
         return 2
+    finally:
+        lock.release()
     if cut is None:
         print(f"{name}: every record is good; nothing to cut")
         return 0

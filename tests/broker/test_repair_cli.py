@@ -76,3 +76,13 @@ def test_repair_of_a_healthy_topic_cuts_nothing(
     assert result.returncode == 0 and "nothing to cut" in result.stdout
     missing = magnetar("repair", "--data-dir", str(tmp_path), "no-such-topic")
     assert missing.returncode == 2 and "cannot repair" in missing.stderr
+
+
+def test_repair_refuses_the_data_dir_of_a_running_broker(tmp_path: Path) -> None:
+    with EmbeddedBroker(mode="subprocess", data_dir=tmp_path):
+        result = magnetar("repair", "--dry-run", "--data-dir", str(tmp_path), "fine")
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "in use by another broker" in lines[0], result.stderr
+    after = magnetar("repair", "--data-dir", str(tmp_path), "fine")  # the broker is gone
+    assert "in use" not in after.stderr, after.stderr
