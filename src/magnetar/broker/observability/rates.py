@@ -51,6 +51,9 @@ class MovingRate:
         while len(samples) > 2 and samples[1][0] <= now - self.window:
             del samples[0]
 
+    def last_value(self) -> int:
+        return self._samples[-1][1] if self._samples else 0
+
     def rate(self) -> float:
         samples = self._samples
         if len(samples) < 2:
@@ -73,6 +76,11 @@ class RateTracker:
         self._first_seen: weakref.WeakKeyDictionary[object, float] = (
             weakref.WeakKeyDictionary()
         )
+        # When each counter last grew, as seen by the sampler: a consumer's or a
+        # subscription's lastConsumedTimestamp without a clock read per message sent.
+        self._moved: weakref.WeakKeyDictionary[object, dict[str, float]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _record(self, owner: object, now: float, counters: dict[str, int]) -> None:
         rates = self._rates.get(owner)
@@ -83,6 +91,12 @@ class RateTracker:
             rate = rates.get(key)
             if rate is None:
                 rate = rates[key] = MovingRate(self.window)
+                if value > 0:
+                    # Counters start at 0 with their object, and an object is sampled
+                    # within an interval of its birth: what it counts came since then.
+                    rate.add(now - SAMPLE_INTERVAL, 0)
+            if value > rate.last_value():
+                self._moved.setdefault(owner, {})[key] = now
             rate.add(now, value)
 
     def sample(self, now: float, topics: Iterable[Topic]) -> None:
@@ -97,6 +111,10 @@ class RateTracker:
                 self._record(producer, now,
                              {"msg_in": producer.messages_in, "bytes_in": producer.bytes_in})
             for sub in topic.subscriptions.values():
+                self._record(sub, now, {
+                    "msg_out": sub.messages_out, "redeliver": sub.messages_redelivered,
+                    "expired": sub.messages_expired,
+                })
                 for consumer in sub.consumers:
                     self._record(consumer, now, {
                         "msg_out": consumer.messages_out, "bytes_out": consumer.bytes_out,
@@ -108,6 +126,11 @@ class RateTracker:
             return 0.0
         rate = rates.get(key)
         return rate.rate() if rate is not None else 0.0
+
+    def last_moved(self, owner: object, key: str) -> float | None:
+        """When the counter ``key`` of ``owner`` was last seen to grow (None: never
+        since its first sample); within one sample interval."""
+        return self._moved.get(owner, {}).get(key)
 
     def first_seen(self, owner: object, now: float) -> float:
         """When ``owner`` was first sampled (or now, remembered, if it never was): a
