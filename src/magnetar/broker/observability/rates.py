@@ -82,7 +82,8 @@ class RateTracker:
             weakref.WeakKeyDictionary()
         )
 
-    def _record(self, owner: object, now: float, counters: dict[str, int]) -> None:
+    def _record(self, owner: object, now: float, counters: dict[str, int],
+                from_zero: bool = False) -> None:
         rates = self._rates.get(owner)
         if rates is None:
             rates = self._rates[owner] = {}
@@ -91,9 +92,10 @@ class RateTracker:
             rate = rates.get(key)
             if rate is None:
                 rate = rates[key] = MovingRate(self.window)
-                if value > 0:
-                    # Counters start at 0 with their object, and an object is sampled
-                    # within an interval of its birth: what it counts came since then.
+                if value > 0 and from_zero:
+                    # The counter started at 0 with its object, which the broker's
+                    # sampler sees within an interval of its birth: what it counted
+                    # came since then (else a burst before the first sample is lost).
                     rate.add(now - SAMPLE_INTERVAL, 0)
             if value > rate.last_value():
                 self._moved.setdefault(owner, {})[key] = now
@@ -114,7 +116,7 @@ class RateTracker:
                 self._record(sub, now, {
                     "msg_out": sub.messages_out, "redeliver": sub.messages_redelivered,
                     "expired": sub.messages_expired,
-                })
+                }, from_zero=True)
                 for consumer in sub.consumers:
                     self._record(consumer, now, {
                         "msg_out": consumer.messages_out, "bytes_out": consumer.bytes_out,
