@@ -71,4 +71,9 @@ def test_standalone_reflects_the_advertised_listeners(tmp_path: Path) -> None:
             "brokerServiceUrlTls": "pulsar+ssl://10.1.2.3:6651",
             "brokerClientTlsEnabled": False,
             "tlsAllowInsecureConnection": False,
+            # Pulsar's defaults, as a Pulsar standalone answers them
+            "brokerClientTlsEnabledWithKeyStore": False,
+            "brokerClientTlsTrustStoreType": "JKS",
+            "brokerClientTlsKeyStoreType": "JKS",
+            "migrated": False,
         }

@@ -7,6 +7,7 @@ then not created)."""
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,3 +151,37 @@ def test_a_quota_over_the_retention_is_refused(broker: EmbeddedBroker) -> None:
             "backlog_quota_map": {"destination_storage": QUOTA}}
     assert refused(http(broker, "PUT", f"/admin/v2/namespaces/{ns}", body), 412, "Backlog Quota")
     assert http(broker, "GET", f"/admin/v2/namespaces/{ns}").status == 404
+
+
+def test_the_policies_file_keeps_pulsars_keys_and_reads_the_old_ones(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    ns = namespace()
+    base = f"/admin/v2/namespaces/{ns}"
+    assert http(broker, "PUT", base).status == 204
+    assert http(broker, "POST", f"{base}/retention", RETENTION).status == 204
+    assert http(broker, "POST", f"{base}/messageTTL", 120).status == 204
+    assert http(broker, "POST", f"{base}/compactionThreshold", 4096).status == 204
+    assert http(broker, "PUT", f"{base}/schemaCompatibilityStrategy", "FORWARD").status == 204
+    assert http(broker, "POST", f"{base}/backlogQuota", QUOTA).status == 204
+    tenant, name = ns.split("/")
+    path = tmp_path / "namespaces" / tenant / name / "policies.json"
+    stored = json.loads(path.read_text())["policies"]
+    assert set(stored) == {"retention_policies", "message_ttl_in_seconds",
+                           "compaction_threshold", "schema_compatibility_strategy",
+                           "backlog_quota_map"}
+
+    # A data dir written before keeps the routes' names: they are read as they were.
+    old = {"retention": RETENTION, "messageTTL": 60, "compactionThreshold": 2048,
+           "schemaCompatibilityStrategy": "FULL",
+           "backlogQuotaMap": {"destination_storage": QUOTA}}
+    path.write_text(json.dumps({"version": 1, "policies": old}))
+    broker.restart()
+    assert http(broker, "GET", f"{base}/messageTTL").json() == 60
+    assert http(broker, "GET", f"{base}/compactionThreshold").json() == 2048
+    assert http(broker, "GET", f"{base}/schemaCompatibilityStrategy").json() == "FULL"
+    policies = http(broker, "GET", base).json()
+    assert policies["retention_policies"] == RETENTION
+    assert policies["message_ttl_in_seconds"] == 60
+    assert policies["backlog_quota_map"]["destination_storage"]["limitSize"] == QUOTA["limitSize"]
+    assert not set(old) & set(policies)  # magnetar's names do not leak

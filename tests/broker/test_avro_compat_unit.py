@@ -271,7 +271,7 @@ def test_registry_strategy_comes_from_topic_then_namespace_then_full(
     set_namespace_strategy(tmp_path, "public", "default", S.FULL)
     assert json.loads(path.read_text())["policies"] == {
         "other": {"x": 1},
-        "schemaCompatibilityStrategy": "FULL",
+        "schema_compatibility_strategy": "FULL",  # Pulsar's Policies key
     }
 
 

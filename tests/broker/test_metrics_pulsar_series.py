@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
+import pytest
 from official_client import quiet_logger
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -97,9 +98,24 @@ def test_counters_rates_subscriptions_and_write_latency(topic: str) -> None:
     assert value(samples, "pulsar_storage_backlog_size", topic=topic) == (
         (count - acked) * (per_entry + HEADER_SIZE)
     )
+    # magnetar's histogram in seconds, and Pulsar's gauges in milliseconds beside it.
+    histogram = "magnetar_storage_write_latency_seconds"
+    assert value(samples, f"{histogram}_count", topic=topic) == count
+    assert value(samples, f"{histogram}_bucket", topic=topic, le="+Inf") == count
+    seconds = value(samples, f"{histogram}_sum", topic=topic)
+    assert seconds > 0
     assert value(samples, "pulsar_storage_write_latency_count", topic=topic) == count
-    assert value(samples, "pulsar_storage_write_latency_bucket", topic=topic, le="+Inf") == count
-    assert value(samples, "pulsar_storage_write_latency_sum", topic=topic) > 0
+    assert value(samples, "pulsar_storage_write_latency_sum", topic=topic) == pytest.approx(
+        seconds * 1000)
+    per_bucket = [value(samples, f"pulsar_storage_write_latency_{suffix}", topic=topic)
+                  for suffix in ("le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50",
+                                 "le_100", "le_200", "le_1000", "overflow")]
+    assert sum(per_bucket) == count  # each entry in exactly one bucket, as Pulsar's
+    assert "pulsar_storage_write_latency_bucket" not in names(samples)
+    # The process's own series (prometheus-client's process and platform collectors).
+    assert value(samples, "process_resident_memory_bytes") > 0
+    assert "process_cpu_seconds_total" in names(samples)
+    assert "python_info" in names(samples)
     assert not any(name.endswith("_created") for name in names(samples))
 
 

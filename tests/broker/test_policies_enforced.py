@@ -186,6 +186,9 @@ def test_message_ttl_expires_unacknowledged_messages(
         assert sub["totalMsgExpired"] == 10
         assert sub["lastExpireTimestamp"] > 0
         assert sub["backlogSize"] == 0
+        # Pulsar's msgRateExpired: the expiry seen by the next rate sample.
+        wait_until(lambda: stats(broker, topic)["subscriptions"]["s"]["msgRateExpired"] > 0,
+                   "an expiry rate")
         consumer = client.subscribe(topic, "s")
         producer.send(b"fresh")
         assert consumer.receive(timeout_millis=10_000).data() == b"fresh"  # nothing older

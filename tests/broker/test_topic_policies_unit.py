@@ -203,8 +203,9 @@ def test_namespace_policies_share_the_file_and_survive_a_new_store(tmp_path: Pat
     assert written == [("acme", "orders")] * 3
     doc = json.loads(path.read_text())["policies"]
     assert doc["deduplicationEnabled"] is True
-    assert doc["retention"] == {"retentionTimeInMinutes": 10, "retentionSizeInMB": -1}
-    assert doc["messageTTL"] == 30
+    # Kept under Pulsar's Policies keys.
+    assert doc["retention_policies"] == {"retentionTimeInMinutes": 10, "retentionSizeInMB": -1}
+    assert doc["message_ttl_in_seconds"] == 30
     fresh = RetentionPolicyStore(config, tmp_path)
     assert fresh.namespace_retention("acme", "orders") == Retention(10, -1)
     assert fresh.namespace_ttl("acme", "orders") == 30
@@ -212,7 +213,7 @@ def test_namespace_policies_share_the_file_and_survive_a_new_store(tmp_path: Pat
     store.set_namespace_quota("acme", "orders", "message_age", None)
     store.set_namespace_ttl("acme", "orders", None)
     doc = json.loads(path.read_text())["policies"]
-    assert "backlogQuotaMap" not in doc and "messageTTL" not in doc
+    assert "backlog_quota_map" not in doc and "message_ttl_in_seconds" not in doc
 
 
 def test_a_hand_edited_bad_value_counts_as_unset(tmp_path: Path) -> None:

@@ -146,11 +146,12 @@ def test_dashboard_charts_series_the_broker_exports(broker: EmbeddedBroker,
         exported = answer.read().decode()
     dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "magnetar.json").read_text())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
-    charted = {name for expr in exprs for name in re.findall(r"\b(pulsar_\w+)", expr)}
+    charted = {name for expr in exprs
+               for name in re.findall(r"\b((?:pulsar|magnetar)_\w+)", expr)}
     wanted = {"pulsar_subscription_back_log", "pulsar_subscription_unacked_messages",
               "pulsar_subscription_msg_rate_out", "pulsar_rate_in", "pulsar_rate_out",
               "pulsar_throughput_in", "pulsar_throughput_out", "pulsar_out_bytes_total",
-              "pulsar_storage_backlog_size", "pulsar_storage_write_latency_bucket"}
+              "pulsar_storage_backlog_size", "magnetar_storage_write_latency_seconds_bucket"}
     assert wanted <= charted
     for name in charted:
         assert re.search(rf"^{name}[{{ ]", exported, re.M), f"{name} is not exported"

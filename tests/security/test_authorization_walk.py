@@ -547,6 +547,7 @@ ROUTE_VALUES = {
     "timestamp": "0",
     "seconds": "0",
     "position": "1",
+    "stat": "metrics",  # /broker-stats/{stat}
 }
 # Open to anyone while ``authenticate_metrics_endpoint`` is off, as in Pulsar.
 PUBLIC_ROUTES = {"/metrics", "/metrics/"}

@@ -46,7 +46,7 @@ def cluster_names(data_dir: Path) -> list[str]:
 
 def add_cluster_routes(
     app: web.Application, service: BrokerService, ports: Callable[[], tuple[int, int]]
-) -> None:
+) -> ClusterRoutes:
     """Register the routes; ``ports`` gives the admin HTTP and HTTPS ports the
     application serves on (0: not served), for the standalone cluster's service URLs."""
     routes = ClusterRoutes(service, ports)
@@ -56,6 +56,7 @@ def add_cluster_routes(
         web.put(BASE + "/{cluster}", routes.create_cluster),
         web.delete(BASE + "/{cluster}", routes.delete_cluster),
     ])
+    return routes
 
 
 class ClusterRoutes:
@@ -115,15 +116,19 @@ class ClusterRoutes:
         data: dict[str, Any] = {
             "serviceUrl": listener.http_url or f"http://{host}:{http_port}",
             "brokerServiceUrl": listener.broker_url,
-            "brokerClientTlsEnabled": False,
-            "tlsAllowInsecureConnection": False,
         }
         https = listener.http_url_tls or (f"https://{host}:{https_port}" if https_port else "")
         if https:
             data["serviceUrlTls"] = https
         if listener.broker_url_tls:
             data["brokerServiceUrlTls"] = listener.broker_url_tls
-        return {key: value for key, value in data.items() if value != ""}
+        data = {key: value for key, value in data.items() if value != ""}
+        # The rest of what a Pulsar standalone answers (its defaults; nulls left out).
+        data.update(brokerClientTlsEnabled=False, tlsAllowInsecureConnection=False,
+                    brokerClientTlsEnabledWithKeyStore=False,
+                    brokerClientTlsTrustStoreType="JKS", brokerClientTlsKeyStoreType="JKS",
+                    migrated=False)
+        return data
 
     def _path(self, name: str) -> Path | None:
         """The file of cluster ``name`` (None: not a valid cluster name)."""

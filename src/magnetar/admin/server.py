@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from magnetar.admin.auth_middleware import secure_admin
+from magnetar.admin.broker_routes import add_broker_routes
 from magnetar.admin.clusters import add_cluster_routes
 from magnetar.admin.compaction_routes import add_compaction_routes
 from magnetar.admin.dedup_routes import add_dedup_routes
@@ -73,7 +74,8 @@ class AdminServer:
         add_raw_entry_routes(self.app, service)  # PIP-96 ingest
         add_schema_routes(self.app, service)  # schemas and their compatibility policies
         add_tenant_routes(self.app, service)  # before the topic routes, which match them too
-        add_cluster_routes(self.app, service, lambda: (port(), self.tls_port))
+        clusters = add_cluster_routes(self.app, service, lambda: (port(), self.tls_port))
+        add_broker_routes(self.app, service, clusters.standalone)  # brokers, bundles
         add_lookup_routes(self.app, service, port)  # HTTP lookup service
         add_topic_routes(self.app, service)  # stats, internalStats, examine, unload...
         add_subscription_routes(self.app, service)  # create, skip, resetcursor...

@@ -14,17 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
+    from magnetar.broker.topics.subscription import Subscription
     from magnetar.broker.topics.topic import Topic
 
 # Summed over partitions in partitioned-stats (topic level and per subscription).
 _TOPIC_SUMS = (
     "msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",
     "msgInCounter", "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize",
-    "entries",
+    "entries", "offloadedStorageSize", "waitingPublishers",
 )
 _SUB_SUMS = (
     "msgBacklog", "msgRateOut", "msgThroughputOut", "bytesOutCounter", "msgOutCounter",
-    "unackedMessages", "backlogSize", "totalMsgExpired",
+    "unackedMessages", "backlogSize", "totalMsgExpired", "msgRateRedeliver", "msgRateExpired",
+    "msgDelayed", "msgBacklogNoDelayed",
 )
 
 
@@ -51,6 +53,10 @@ def topic_stats(service: BrokerService, topic: Topic) -> dict[str, Any]:
         msgThroughputOut=rates.rate(topic, "bytes_out"),
         bytesOutCounter=topic.stats.bytes_out,
         averageMsgSize=_average(topic.stats.bytes_in, topic.stats.messages_in),
+        offloadedStorageSize=0,  # magnetar has no tiered storage
+        msgChunkPublished=topic.msg_chunk_published,
+        waitingPublishers=len(topic.access.waiters),
+        compaction=service.compaction.state(topic).stats(),
     )
     for producer, entry in zip(topic.producers.values(), doc["publishers"], strict=True):
         entry.update(
@@ -65,7 +71,9 @@ def topic_stats(service: BrokerService, topic: Topic) -> dict[str, Any]:
         entry = doc["subscriptions"][name]
         consumers = []
         for consumer, cdoc in zip(sub.consumers, entry["consumers"], strict=True):
+            consumed = rates.last_moved(consumer, "msg_out")
             cdoc.update(
+                lastConsumedTimestamp=int(consumed * 1000) if consumed is not None else 0,
                 msgRateOut=rates.rate(consumer, "msg_out"),
                 msgThroughputOut=rates.rate(consumer, "bytes_out"),
                 bytesOutCounter=consumer.bytes_out,
@@ -75,17 +83,41 @@ def topic_stats(service: BrokerService, topic: Topic) -> dict[str, Any]:
             )
             consumers.append(cdoc)
         active = sub.dispatcher.active_consumer()
+        consumed = rates.last_moved(sub, "msg_out")
+        delayed = len(sub.delayed)  # deliverAt and redelivery backoff, held
         entry.update(
             isDurable=sub.durable,
             msgRateOut=sum(c["msgRateOut"] for c in consumers),
             msgThroughputOut=sum(c["msgThroughputOut"] for c in consumers),
-            msgOutCounter=sum(c.messages_out for c in sub.consumers),
-            bytesOutCounter=sum(c.bytes_out for c in sub.consumers),
+            msgOutCounter=sub.messages_out,  # consumers that left included, as Pulsar's
+            bytesOutCounter=sub.bytes_out,
+            msgRateRedeliver=rates.rate(sub, "redeliver"),
+            msgRateExpired=rates.rate(sub, "expired"),
+            msgDelayed=delayed,
+            msgBacklogNoDelayed=max(entry["msgBacklog"] - delayed, 0),
+            # magnetar's unacked limit is per consumer: no subscription-wide block
+            blockedSubscriptionOnUnackedMsgs=False,
+            lastAckedTimestamp=sub.last_acked_ms,
+            lastConsumedTimestamp=int(consumed * 1000) if consumed is not None else 0,
+            earliestMsgPublishTimeInBacklog=_earliest_in_backlog(topic, sub),
             activeConsumerName=active.name if active is not None else None,
             markDeletePosition=position(topic, sub.cursor.mark_delete),  # not a bare id
         )
+    doc["earliestMsgPublishTimeInBacklogs"] = min(
+        (s["earliestMsgPublishTimeInBacklog"] for s in doc["subscriptions"].values()
+         if s["earliestMsgPublishTimeInBacklog"] > 0), default=0,
+    )
     service.topic_policies.add_stats(topic, doc)  # backlogSize, expiries, quotas
     return doc
+
+
+def _earliest_in_backlog(topic: Topic, sub: Subscription) -> int:
+    """The publish time (epoch ms) of the oldest message ``sub`` has not acknowledged,
+    0 when it has none (Pulsar's earliestMsgPublishTimeInBacklog)."""
+    start = max(sub.cursor.mark_delete + 1, topic.ledger.first_entry_id)
+    if start > topic.last_visible_entry_id or not topic.topic_name.persistent:
+        return 0
+    return topic.entry_info(start).publish_time
 
 
 def partitioned_stats(
@@ -109,6 +141,11 @@ def partitioned_stats(
                 total[key] += sub.get(key, 0)
             total["consumers"].extend(sub["consumers"])
     doc["averageMsgSize"] = _average(doc["bytesInCounter"], doc["msgInCounter"])
+    doc["msgChunkPublished"] = any(stats["msgChunkPublished"] for stats in each.values())
+    doc["earliestMsgPublishTimeInBacklogs"] = min(
+        (t for stats in each.values() if (t := stats["earliestMsgPublishTimeInBacklogs"]) > 0),
+        default=0,
+    )
     doc["partitions"] = each if per_partition else {}
     return doc
 

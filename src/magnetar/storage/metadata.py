@@ -141,6 +141,18 @@ def _policies(doc: Any) -> dict[str, Any]:
 NAMESPACES_DIR = "namespaces"
 POLICIES_FILE = "policies.json"
 
+# The file keeps a namespace's policies under the keys of Pulsar's ``Policies`` JSON;
+# the broker's stores name them as their REST routes do (the names topic metadata
+# keeps). Files written before used the route names: both are read.
+_PULSAR_KEYS = {
+    "retention": "retention_policies",
+    "messageTTL": "message_ttl_in_seconds",
+    "backlogQuotaMap": "backlog_quota_map",
+    "compactionThreshold": "compaction_threshold",
+    "schemaCompatibilityStrategy": "schema_compatibility_strategy",
+}
+_ROUTE_NAMES = {pulsar: route for route, pulsar in _PULSAR_KEYS.items()}
+
 
 @dataclass
 class NamespacePolicies:
@@ -166,12 +178,14 @@ class NamespacePolicies:
             return cls(path)
         try:
             doc = json.loads(raw)
-            return cls(path, _policies(doc.get("policies", {})))
+            stored = _policies(doc.get("policies", {}))
         except (ValueError, TypeError, AttributeError) as exc:
             raise StorageCorruption(f"{path}: not a valid namespace policies file: {exc}") from exc
+        return cls(path, {_ROUTE_NAMES.get(key, key): value for key, value in stored.items()})
 
     def save(self) -> None:
-        """Write atomically, creating the directory."""
+        """Write atomically, creating the directory; keys as Pulsar's Policies."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"version": FORMAT_VERSION, "policies": self.policies}
+        stored = {_PULSAR_KEYS.get(key, key): value for key, value in self.policies.items()}
+        doc = {"version": FORMAT_VERSION, "policies": stored}
         atomic_write(self.path, json.dumps(doc, indent=1).encode())

@@ -25,6 +25,7 @@ import functools
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,20 @@ class CompactionState:
     task: asyncio.Task[None] | None = None
     error: str | None = None
     succeeded: bool = False
+    # Pulsar's CompactionStats of the topic (epoch ms; 0: not yet).
+    removed: int = 0
+    succeeded_ms: int = 0
+    failed_ms: int = 0
+    duration_ms: int = 0
+
+    def stats(self) -> dict[str, int]:
+        """Pulsar's CompactionStats, as the topic's stats give it under ``compaction``."""
+        return {
+            "lastCompactionRemovedEventCount": self.removed,
+            "lastCompactionSucceedTimestamp": self.succeeded_ms,
+            "lastCompactionFailedTimestamp": self.failed_ms,
+            "lastCompactionDurationTimeInMills": self.duration_ms,
+        }
 
     @property
     def running(self) -> bool:
@@ -90,6 +105,8 @@ class CompactionHost(Protocol):
     def config(self) -> Settings: ...
     @property
     def topics(self) -> dict[str, Topic]: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
     def _namespace_policies_written(self, tenant: str, namespace: str) -> None: ...
 
 
@@ -136,19 +153,27 @@ class CompactionService:
         return task
 
     async def _run(self, topic: Topic, state: CompactionState) -> None:
+        clock = self._service.clock
+        started = clock()
         try:
-            await self._compact(topic)
+            removed = await self._compact(topic)
         except asyncio.CancelledError:
             state.error = "cancelled: the broker is stopping"
             raise
         except Exception as exc:
             state.error = str(exc) or type(exc).__name__
+            state.failed_ms = int(clock() * 1000)
             log.error("compaction of %s failed: %s", topic.name, state.error,
                       exc_info=not isinstance(exc, CompactionAborted))
         else:
             state.succeeded = True
+            now = clock()
+            state.removed = removed
+            state.succeeded_ms = int(now * 1000)
+            state.duration_ms = max(int((now - started) * 1000), 0)
 
-    async def _compact(self, topic: Topic) -> None:
+    async def _compact(self, topic: Topic) -> int:
+        """Compact ``topic``; the number of entries it removed."""
         loop = asyncio.get_running_loop()
         ledger = topic.ledger
         subscription = self.compaction_subscription(topic)  # before the snapshot
@@ -158,7 +183,7 @@ class CompactionService:
         horizon = ledger.last_confirmed_entry_id
         if horizon < start:
             log.info("compaction of %s: nothing new since the last one", topic.name)
-            return  # as Pulsar's "Skip compaction of the empty topic"
+            return 0  # as Pulsar's "Skip compaction of the empty topic"
         snapshot = ledger.log_snapshot(start, horizon)
         generation = int(topic.metadata.compaction.get("generation", 0)) + 1
         target = compacted_dir(ledger.directory) / new_file_name(generation)
@@ -181,6 +206,7 @@ class CompactionService:
             subscription.read_position = max(subscription.read_position, horizon + 1)
         log.info("compacted %s up to %d: %d entries read, %d keys, %d entries kept",
                  topic.name, horizon, result.entries_read, result.keys, result.ledger.count)
+        return max(result.entries_read - result.ledger.count, 0)
 
     def _put_in_force(self, topic: Topic, compacted: CompactedLedger, generation: int) -> None:
         metadata = topic.metadata

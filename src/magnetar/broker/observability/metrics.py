@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
@@ -209,6 +211,14 @@ def _topic_families(rows: list[_TopicRow]) -> Iterator[Metric]:
     yield from rate_families.families()
 
 
+# Pulsar's names for WRITE_LATENCY_BUCKETS (ms: le_0_5 is 0.5 ms) and the +Inf one.
+_PULSAR_LATENCY_GAUGES = (
+    *((f"le_{bound * 1000:g}".replace(".", "_"), f"in at most {bound * 1000:g} ms")
+      for bound in WRITE_LATENCY_BUCKETS),
+    ("overflow", "in over 1 s"),
+)
+
+
 class _RateFamilies:
     """Pulsar's rate, throughput, backlog-size, write-latency and subscription series."""
 
@@ -231,9 +241,24 @@ class _RateFamilies:
             "Bytes from the slowest durable subscription's position to the end of the log",
             labels=labels)
         self.write_latency = HistogramMetricFamily(
-            "pulsar_storage_write_latency",
+            "magnetar_storage_write_latency_seconds",
             "Seconds from an entry's append to it being durable under the sync policy",
             labels=labels)
+        # Pulsar's own shape of the same counts: a gauge per bucket (entries whose write
+        # took at most N ms, not cumulative), the overflow past 1 s, a count and a sum
+        # in milliseconds; here counted since the topic was loaded.
+        self.pulsar_latency = [
+            GaugeMetricFamily(f"pulsar_storage_write_latency_{suffix}",
+                              f"Entries written {what} (since the topic was loaded)",
+                              labels=labels)
+            for suffix, what in _PULSAR_LATENCY_GAUGES
+        ]
+        self.pulsar_latency_count = GaugeMetricFamily(
+            "pulsar_storage_write_latency_count", "Entries written (since the topic was loaded)",
+            labels=labels)
+        self.pulsar_latency_sum = GaugeMetricFamily(
+            "pulsar_storage_write_latency_sum",
+            "Milliseconds entries took from append to durable, summed", labels=labels)
         self.sub_backlog = GaugeMetricFamily(
             "pulsar_subscription_back_log", "Entries the subscription has not acknowledged",
             labels=sub_labels)
@@ -259,6 +284,10 @@ class _RateFamilies:
             cumulative += count
             buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
         self.write_latency.add_metric(values, buckets, row.write_latency_sum)
+        for gauge, count in zip(self.pulsar_latency, counts, strict=True):
+            gauge.add_metric(values, count)
+        self.pulsar_latency_count.add_metric(values, cumulative)
+        self.pulsar_latency_sum.add_metric(values, row.write_latency_sum * 1000)
         for sub in row.subs:
             sub_values = [*values, sub.name]
             self.sub_backlog.add_metric(sub_values, sub.backlog)
@@ -268,6 +297,7 @@ class _RateFamilies:
     def families(self) -> Iterator[Metric]:
         yield from (self.rate_in, self.rate_out, self.throughput_in, self.throughput_out)
         yield from (self.bytes_out, self.backlog_size, self.write_latency)
+        yield from (*self.pulsar_latency, self.pulsar_latency_count, self.pulsar_latency_sum)
         yield from (self.sub_backlog, self.sub_unacked, self.sub_rate_out)
 
 
@@ -380,6 +410,10 @@ class BrokerMetrics:
         self._broker = _BrokerCollector(service)
         self._broker_snapshot = _SnapshotOrLive(self._broker.collect)
         self.registry.register(self._broker_snapshot)
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds...
+        # and python_info, as a Pulsar broker's JVM exports its own process series.
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self.replies_held = Counter(
             "magnetar_rpc_replies_held",
             "PIP-371 replies held for a requester that was not attached",

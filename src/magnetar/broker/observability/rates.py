@@ -51,6 +51,9 @@ class MovingRate:
         while len(samples) > 2 and samples[1][0] <= now - self.window:
             del samples[0]
 
+    def last_value(self) -> int:
+        return self._samples[-1][1] if self._samples else 0
+
     def rate(self) -> float:
         samples = self._samples
         if len(samples) < 2:
@@ -73,8 +76,14 @@ class RateTracker:
         self._first_seen: weakref.WeakKeyDictionary[object, float] = (
             weakref.WeakKeyDictionary()
         )
+        # When each counter last grew, as seen by the sampler: a consumer's or a
+        # subscription's lastConsumedTimestamp without a clock read per message sent.
+        self._moved: weakref.WeakKeyDictionary[object, dict[str, float]] = (
+            weakref.WeakKeyDictionary()
+        )
 
-    def _record(self, owner: object, now: float, counters: dict[str, int]) -> None:
+    def _record(self, owner: object, now: float, counters: dict[str, int],
+                from_zero: bool = False) -> None:
         rates = self._rates.get(owner)
         if rates is None:
             rates = self._rates[owner] = {}
@@ -83,6 +92,13 @@ class RateTracker:
             rate = rates.get(key)
             if rate is None:
                 rate = rates[key] = MovingRate(self.window)
+                if value > 0 and from_zero:
+                    # The counter started at 0 with its object, which the broker's
+                    # sampler sees within an interval of its birth: what it counted
+                    # came since then (else a burst before the first sample is lost).
+                    rate.add(now - SAMPLE_INTERVAL, 0)
+            if value > rate.last_value():
+                self._moved.setdefault(owner, {})[key] = now
             rate.add(now, value)
 
     def sample(self, now: float, topics: Iterable[Topic]) -> None:
@@ -97,6 +113,10 @@ class RateTracker:
                 self._record(producer, now,
                              {"msg_in": producer.messages_in, "bytes_in": producer.bytes_in})
             for sub in topic.subscriptions.values():
+                self._record(sub, now, {
+                    "msg_out": sub.messages_out, "redeliver": sub.messages_redelivered,
+                    "expired": sub.messages_expired,
+                }, from_zero=True)
                 for consumer in sub.consumers:
                     self._record(consumer, now, {
                         "msg_out": consumer.messages_out, "bytes_out": consumer.bytes_out,
@@ -108,6 +128,11 @@ class RateTracker:
             return 0.0
         rate = rates.get(key)
         return rate.rate() if rate is not None else 0.0
+
+    def last_moved(self, owner: object, key: str) -> float | None:
+        """When the counter ``key`` of ``owner`` was last seen to grow (None: never
+        since its first sample); within one sample interval."""
+        return self._moved.get(owner, {}).get(key)
 
     def first_seen(self, owner: object, now: float) -> float:
         """When ``owner`` was first sampled (or now, remembered, if it never was): a

@@ -219,6 +219,7 @@ class PolicyEnforcer:
         if expired and gone:
             stats = self._expired.setdefault(sub, ExpiryStats())
             stats.total += gone
+            sub.messages_expired += gone
             stats.last_ms = self.now_ms()
         return gone
 

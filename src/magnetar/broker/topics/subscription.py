@@ -100,6 +100,13 @@ class Subscription:
         self._delay_due = 0
         self.failover = FailoverHandover(self)
         self.messages_acked = 0
+        # Pulsar's subscription counters outlive its consumers: what consumers that
+        # left had been sent is kept here (stats add the connected consumers' own).
+        self.gone_messages_out = 0
+        self.gone_bytes_out = 0
+        self.messages_redelivered = 0  # counted per request, not per message sent
+        self.messages_expired = 0  # by TTL, counted by the policy enforcer
+        self.last_acked_ms = 0  # set per ACK command (a client groups its acks)
         # Its consumer reads the compacted view up to the horizon (compacted_dispatch.py).
         self.read_compacted = False
 
@@ -145,6 +152,9 @@ class Subscription:
 
     def remove_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True
+        if consumer in self.consumers:
+            self.gone_messages_out += consumer.messages_out
+            self.gone_bytes_out += consumer.bytes_out
         self.dispatcher.remove(consumer)
         self.return_pending(consumer, list(consumer.pending), count_redelivery=True)
         self._active_consumer_changed()
@@ -182,10 +192,12 @@ class Subscription:
         counts = self.redelivery_counts
         now_ms = self.clock_ms() if backoff is not None else 0
         held = False
+        returned = 0
         for entry_id in entry_ids:
             if self.pending.get(entry_id) is not consumer:
                 consumer.pending.pop(entry_id, None)
                 continue
+            returned += consumer.pending.get(entry_id, 1)
             self._unpend(entry_id)
             if self.cursor.is_acked(entry_id):
                 continue
@@ -198,6 +210,7 @@ class Subscription:
                         held = True
                         continue
             self.replay.add(entry_id)
+        self.messages_redelivered += returned
         if held:
             self.arm_delay_timer()
 
@@ -218,10 +231,13 @@ class Subscription:
             self.replay.discard(entry_id)
             self.delayed.discard(entry_id)
         self.messages_acked += len(entry_ids)
+        self.last_acked_ms = self.clock_ms()
         self.schedule_dispatch()
 
     def ack_cumulative(self, consumer: Consumer, entry_id: int) -> None:
         self.cursor.ack_cumulative(entry_id)
+        if consumer is not None:  # None: TTL's expiry, not a consumer's ack
+            self.last_acked_ms = self.clock_ms()
         for pending_id in [e for e in self.pending if e <= entry_id]:
             self._unpend(pending_id)
         self.redelivery_counts.discard_through(entry_id)
@@ -278,6 +294,15 @@ class Subscription:
         self.cursor.reset(entry_id - 1)
         self.read_position = entry_id
         self.schedule_dispatch()
+
+    @property
+    def messages_out(self) -> int:
+        """Messages sent to the subscription's consumers, those gone included."""
+        return self.gone_messages_out + sum(c.messages_out for c in self.consumers)
+
+    @property
+    def bytes_out(self) -> int:
+        return self.gone_bytes_out + sum(c.bytes_out for c in self.consumers)
 
     def backlog(self) -> int:
         last = self.topic.last_visible_entry_id

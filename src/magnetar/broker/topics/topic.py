@@ -108,6 +108,7 @@ class Topic:
         self.stats = TopicStats()
         self._info: dict[int, tuple[Any, ...]] = {}  # EntryInfo fields, by entry id
         self.terminated = metadata.properties.get("terminated") == "true"
+        self.msg_chunk_published = False  # Pulsar's stats flag, since it was loaded
         self.closed = False
         self.failure: str | None = None
         # Set by the service: called once when the storage fails under this topic.

@@ -191,6 +191,8 @@ def handle_send(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     topic = _topic_to_store(cnx, send, producer)
     if topic is None:
         return
+    if metadata.HasField("chunk_id"):  # once per entry, for the stats' msgChunkPublished
+        topic.msg_chunk_published = True
     request_timeout = None
     if metadata.properties:  # the cheap test first: most messages have none
         request_timeout, stamped_role = request_properties(metadata.properties)
