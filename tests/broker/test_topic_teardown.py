@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 import uuid
 import weakref
 from collections.abc import Iterator
@@ -50,13 +51,18 @@ def _unload_with_the_collector_off(broker: EmbeddedBroker, name: str) -> dict[st
         }
         asyncio.run_coroutine_threadsafe(service.unload_topic(topic, "test"), loop).result(30)
         del topic
-        # A callback already queued on the loop (a dispatch, a flush) may hold the topic
-        # until it runs: let the loop turn a few times, still without the collector.
-        for _ in range(20):
-            if all(ref() is None for ref in refs.values()):
-                break
-            asyncio.run_coroutine_threadsafe(asyncio.sleep(0.01), loop).result(30)
-        return {what: ref() is None for what, ref in refs.items()}
+        # Work already under way on the loop (a queued dispatch, the periodic cursor
+        # flush iterating over the loaded topics while it waits for the disk) may hold
+        # the topic until it finishes: let the loop run, still without the collector. A
+        # reference cycle never lets go, however long this waits.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(r() is None for r in refs.values()):
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0.02), loop).result(30)
+        freed = {what: ref() is None for what, ref in refs.items()}
+        if not freed["topic"] and refs["topic"]() is not None:
+            holders = [type(r).__name__ for r in gc.get_referrers(refs["topic"]())]
+            freed[f"topic held by {holders}"] = False
+        return freed
     finally:
         gc.enable()
 
