@@ -16,28 +16,11 @@ from google.protobuf.message import DecodeError
 from magnetar.protocol.errors import ChecksumMismatch, FrameTooLarge, MalformedFrame
 from magnetar.protocol.frames import MAGIC_CRC32C, crc32c
 from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.protocol.varint import varint
 
 _TWO_U32 = struct.Struct(">II")
 _U32 = struct.Struct(">I")
 _MAGIC_CRC = struct.Struct(">HI")
-_SMALL = [bytes((i,)) for i in range(128)]
-_U64 = (1 << 64) - 1
-
-
-def varint(value: int) -> bytes:
-    if 0 <= value < 0x80:
-        return _SMALL[value]
-    if 0 < value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    if 0 < value < 0x200000:
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-    value &= _U64  # negative int64 values take ten bytes, as protobuf writes them
-    out = []
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _ld(tag: bytes, data: bytes) -> bytes:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 
+from magnetar.protocol.varint import varint
+
 _TWO_U32 = struct.Struct(">II")
 _TYPE_MESSAGE = b"\x08\x09"
 _TYPE_SEND_RECEIPT = b"\x08\x07"
@@ -17,41 +19,6 @@ _FIELD_MESSAGE = 0x4A  # BaseCommand.message = 9, length-delimited
 _FIELD_SEND_RECEIPT = 0x3A  # BaseCommand.send_receipt = 7, length-delimited
 _TYPE_REQUEST_RECEIPT = b"\x08\x45"  # REQUEST_RECEIPT = 69
 _FIELD_REQUEST_RECEIPT = b"\xaa\x04"  # BaseCommand.requestReceipt = 69, length-delimited
-
-
-def _slow_varint(value: int) -> bytes:
-    if value < 0:
-        value &= (1 << 64) - 1
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-# Small ids, counts and sizes are most of what is encoded; look them up. The table
-# stops at 2**12 (200 KB): to 2**16 it held 3 MB, a twentieth of an idle broker.
-_SMALL = [_slow_varint(i) for i in range(1 << 12)]
-
-
-def varint(value: int) -> bytes:
-    if 0 <= value < 4096:
-        return _SMALL[value]
-    if 0 < value < 1 << 28:  # entry ids of a long-lived topic
-        if value < 1 << 14:
-            return bytes(((value & 0x7F) | 0x80, value >> 7))
-        if value < 1 << 21:
-            return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-        return bytes(
-            (
-                (value & 0x7F) | 0x80,
-                ((value >> 7) & 0x7F) | 0x80,
-                ((value >> 14) & 0x7F) | 0x80,
-                value >> 21,
-            )
-        )
-    return _slow_varint(value)
 
 
 def message_id_bytes(ledger_id: int, entry_id: int, partition: int, batch_index: int = -1) -> bytes:
