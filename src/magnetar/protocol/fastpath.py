@@ -1,6 +1,7 @@
-"""Hand-rolled encoders for the two frames on the broker's hot paths.
+"""Hand-rolled encoders for the frames on the broker's hot paths.
 
-MESSAGE (dispatch) and SEND_RECEIPT (publish) are written once per message, so
+MESSAGE (dispatch, with the ``ack_set`` of a partly acked batch too), SEND_RECEIPT
+(publish) and PIP-371's REQUEST_RECEIPT and ACK_RESPONSE are written once per message, so
 they are encoded directly as protobuf wire bytes instead of building a
 ``BaseCommand`` object each time. ``tests/protocol/test_fastpath.py`` checks the
 bytes against the generated code.
@@ -51,14 +52,19 @@ def encode_message_frame(
     redelivery_count: int,
     entry: bytes,
     consumer_epoch: int | None = None,
+    ack_set: list[int] | None = None,
 ) -> bytes:
     """MESSAGE command followed by a stored entry (magic number to end of payload).
 
-    ``message_id`` is the output of :func:`message_id_bytes`.
+    ``message_id`` is the output of :func:`message_id_bytes`; ``ack_set`` (PIP-54, a
+    partly acked batch going out again) the int64 words of the batch's messages still
+    unacked, written unpacked as proto2 does.
     """
     inner = b"\x08" + varint(consumer_id) + b"\x12" + varint(len(message_id)) + message_id
     if redelivery_count:
         inner += b"\x18" + varint(redelivery_count)
+    if ack_set:
+        inner += b"".join([b"\x20" + varint(word) for word in ack_set])
     if consumer_epoch is not None:
         inner += b"\x28" + varint(consumer_epoch)
     cmd = _TYPE_MESSAGE + bytes((_FIELD_MESSAGE,)) + varint(len(inner)) + inner
