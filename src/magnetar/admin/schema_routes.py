@@ -36,9 +36,9 @@ from magnetar.broker.features.schemas import (
     set_topic_strategy,
     topic_strategy,
 )
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.broker.topics.topic import TopicUnavailable
 from magnetar.protocol.schema_types import WIRE_TYPES, type_name
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

@@ -30,9 +30,9 @@ from magnetar.broker.features.schema_compat import (
     validate,
 )
 from magnetar.broker.policies.hierarchy import in_force
-from magnetar.broker.topic_name import TopicName
 from magnetar.protocol.pb import pb
 from magnetar.protocol.schema_types import type_name
+from magnetar.protocol.topic_name import TopicName
 from magnetar.storage import SchemaEntry, TopicMetadata
 from magnetar.storage.metadata import NamespacePolicies
 
