@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def repair(topic: str, data_dir: Path, dry_run: bool) -> int:
-    from magnetar.broker.topic_name import InvalidTopicName, TopicName
+    from magnetar.protocol.topic_name import InvalidTopicName, TopicName
     from magnetar.storage import LedgerConfig, StorageError, Store
 
     try:

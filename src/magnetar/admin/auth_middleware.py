@@ -24,7 +24,7 @@ from aiohttp import web
 
 from magnetar.admin.permissions_routes import add_permission_routes
 from magnetar.broker.auth.providers import Authenticated, AuthenticationFailed
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

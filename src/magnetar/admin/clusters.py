@@ -27,7 +27,7 @@ from aiohttp import web
 from magnetar.admin.tenants import fail
 from magnetar.broker.policies.namespaces import CLUSTER
 from magnetar.broker.session.listeners import select
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 from magnetar.storage.fsutil import atomic_write, fsync_dir
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """What the admin API reads from a request, checked once before any route sees it.
 
 - The names in the path (tenant, namespace, topic, subscription) obey the broker's one
-  rule for names that become file names (:func:`magnetar.broker.topic_name.name_problem`,
+  rule for names that become file names (:func:`magnetar.protocol.topic_name.name_problem`,
   which the binary protocol's SUBSCRIBE applies too): no control character (``%00``),
   no lone surrogate, at most ``MAX_QUOTED_NAME`` bytes once quoted. Pulsar's rules on
   the characters of a tenant or topic stay the routes' (412, as Pulsar answers).
@@ -24,7 +24,7 @@ from aiohttp import web
 
 from magnetar.admin.errors import Handler, fail
 from magnetar.admin.raw_entries import PATH as RAW_ENTRY_PATH
-from magnetar.broker.topic_name import name_problem
+from magnetar.protocol.topic_name import name_problem
 
 MAX_JSON_DEPTH = 64
 

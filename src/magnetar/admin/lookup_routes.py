@@ -26,8 +26,8 @@ from aiohttp import web
 
 from magnetar.admin.tenants import client_lookup, fail
 from magnetar.broker.session.listeners import ListenerNotFound, select
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import pb
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

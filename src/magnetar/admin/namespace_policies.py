@@ -47,7 +47,7 @@ from magnetar.broker.policies.retention_policies import (
     check_ttl,
     quota_fits_retention,
 )
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 
 class PolicyRefused(ValueError):

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.broker.topics.topic import TopicUnavailable
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

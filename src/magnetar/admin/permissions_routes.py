@@ -23,7 +23,7 @@ from magnetar.broker.auth.authorization import (
     UnsupportedAction,
     check_actions,
 )
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

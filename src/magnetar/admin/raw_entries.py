@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from magnetar.broker.features.raw_entries import EntryTooLarge, RawEntryRefused, append_raw_entry
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import pb
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

@@ -25,12 +25,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from aiohttp import web
 
 from magnetar.broker.features.schema_compat import (
-    WIRE_TYPES,
     IncompatibleSchema,
     InvalidSchema,
     SchemaData,
     Strategy,
-    type_name,
 )
 from magnetar.broker.features.schemas import (
     namespace_strategy,
@@ -38,8 +36,9 @@ from magnetar.broker.features.schemas import (
     set_topic_strategy,
     topic_strategy,
 )
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.broker.topics.topic import TopicUnavailable
+from magnetar.protocol.schema_types import WIRE_TYPES, type_name
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

@@ -25,7 +25,7 @@ from magnetar.admin.schema_routes import add_schema_routes
 from magnetar.admin.subscription_routes import add_subscription_routes
 from magnetar.admin.tenants import add_tenant_routes, client_lookup, namespace_guard
 from magnetar.admin.topic_routes import add_topic_routes
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

@@ -29,7 +29,7 @@ from magnetar.broker.policies.namespaces import (
     NotEmpty,
     TenantNotFound,
 )
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 from magnetar.storage.metadata import NamespacePolicies
 from magnetar.storage.namespaces_store import TenantInfo
 

@@ -24,11 +24,11 @@ from aiohttp import web
 from magnetar.admin import stats
 from magnetar.admin.errors import fail
 from magnetar.broker.features import admin_ops
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.broker.topics.topic import TopicUnavailable
 from magnetar.protocol.compression import decompress
 from magnetar.protocol.frames import parse_payload
 from magnetar.protocol.pb import pb
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

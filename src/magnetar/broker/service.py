@@ -30,11 +30,11 @@ from magnetar.broker.policies.topic_policies import PolicyEnforcer
 from magnetar.broker.session.connection import ServerCnx
 from magnetar.broker.session.idle_poll import IdlePoller
 from magnetar.broker.session.limits import ConnectionLimits, PublishBuffer, UnauthenticatedBuffers
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.broker.topics.loader import UNLOAD_GROUP, TopicLoader
 from magnetar.broker.topics.topic import Topic
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 from magnetar.storage import LedgerConfig, Store
 from magnetar.storage.dir_lock import DataDirLock
 

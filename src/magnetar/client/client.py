@@ -34,13 +34,18 @@ from magnetar.client.producing.producer import (
 )
 from magnetar.client.producing.routing import Router, make_router
 from magnetar.client.schema import SchemaInfo
-from magnetar.client.topic_name import complete_topic_name, partition_name, pattern_namespace
 from magnetar.client.transport.auth import Authentication
 from magnetar.client.transport.auth import tls_context as tls_context_for
 from magnetar.client.transport.lookup import LookupService
 from magnetar.client.transport.pool import ConnectionPool
 from magnetar.protocol.compression import compression_type
 from magnetar.protocol.message_id import EARLIEST, LATEST, MessageId
+from magnetar.protocol.topic_name import (
+    DEFAULT_NAMESPACE_PREFIX,
+    complete_topic_name,
+    partition_name,
+    pattern_namespace,
+)
 
 
 def _choice(name: str, value: str, table: Mapping[str, int]) -> int:
@@ -286,7 +291,7 @@ class Client:
         if isinstance(topic, re.Pattern):
             source = topic.pattern
             if "://" not in source:
-                topic = re.compile("persistent://public/default/" + source, topic.flags)
+                topic = re.compile(DEFAULT_NAMESPACE_PREFIX + source, topic.flags)
             kwargs.update(
                 pattern=topic,
                 pattern_namespace=pattern_namespace(topic.pattern),

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from magnetar.client.consuming.reader import Reader
 from magnetar.client.payload_processor import EntryContext, MessagePayload
 from magnetar.client.schema import SchemaInfo
-from magnetar.client.topic_name import partition_index
 from magnetar.protocol.batch import split_batch
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
+from magnetar.protocol.topic_name import partition_index
 
 if TYPE_CHECKING:
     from magnetar.client.client import Client

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from magnetar.protocol.client_codec import split_batch
+from magnetar.protocol.batch import split_batch
 from magnetar.protocol.compression import decompress
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb

@@ -18,34 +18,12 @@ from functools import lru_cache
 from typing import Any
 
 from magnetar.protocol.pb import pb
+from magnetar.protocol.schema_types import DECLARED_NAMES, DECLARED_TYPES
 
-# Pulsar's schema type names -> Schema.Type on the wire (BYTES travels as None = 0).
-_TYPES = {
-    "NONE": 0,
-    "BYTES": 0,
-    "STRING": 1,
-    "JSON": 2,
-    "PROTOBUF": 3,
-    "AVRO": 4,
-    "BOOLEAN": 5,
-    "INT8": 6,
-    "INT16": 7,
-    "INT32": 8,
-    "INT64": 9,
-    "FLOAT": 10,
-    "DOUBLE": 11,
-    "DATE": 12,
-    "TIME": 13,
-    "TIMESTAMP": 14,
-    "KEY_VALUE": 15,
-    "INSTANT": 16,
-    "LOCAL_DATE": 17,
-    "LOCAL_TIME": 18,
-    "LOCAL_DATE_TIME": 19,
-    "PROTOBUF_NATIVE": 20,
-}
-# Schema.Type on the wire -> Pulsar's name (0 reads as BYTES, as the Java client's).
-_NAMES = {number: name for name, number in _TYPES.items()}
+# Pulsar's schema type names <-> Schema.Type on the wire (BYTES travels as NONE = 0,
+# and 0 reads as BYTES, as the Java client's): protocol/schema_types.py's table.
+_TYPES = DECLARED_TYPES
+_NAMES = DECLARED_NAMES
 
 
 @dataclass(frozen=True, slots=True)

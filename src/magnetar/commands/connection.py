@@ -171,7 +171,7 @@ def topic_path(name: str) -> str:
     Pulsar would refuse is a CliError (exit code 2)."""
     from urllib.parse import quote
 
-    from magnetar.broker.topic_name import InvalidTopicName, TopicName
+    from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
     try:
         parsed = TopicName.parse(name)

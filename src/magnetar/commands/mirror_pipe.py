@@ -34,9 +34,9 @@ from urllib.parse import quote
 
 from magnetar.client.errors import ConsumerBusy, ProducerBusy
 from magnetar.client.schema import SchemaInfo
-from magnetar.client.topic_name import partitioned_base
 from magnetar.commands.mirror_topics import MirrorError
 from magnetar.commands.rest import AdminError, RestClient
+from magnetar.protocol.topic_name import partitioned_base
 
 if TYPE_CHECKING:
     from magnetar.client import Client, Consumer, Message, MessageId, Producer

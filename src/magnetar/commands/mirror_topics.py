@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from magnetar.client.topic_name import (
+from magnetar.commands.rest import AdminError, RestClient
+from magnetar.protocol.topic_name import (
     complete_topic_name,
     namespace_of,
     partition_index,
     partition_name,
     partitioned_base,
 )
-from magnetar.commands.rest import AdminError, RestClient
 
 if TYPE_CHECKING:
     from magnetar.client import Client

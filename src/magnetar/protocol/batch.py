@@ -1,4 +1,6 @@
-"""Batched payloads: ``([u32 size][SingleMessageMetadata][payload])*``."""
+"""Batched payloads: ``([u32 size][SingleMessageMetadata][payload])*``: the one place
+that cuts a batch into its messages (whole, :func:`split_batch`, or one at a time,
+:func:`next_batched`), checks one (:func:`check_batch`) and builds one."""
 
 from __future__ import annotations
 
@@ -46,6 +48,27 @@ def split_batch(payload: bytes, count: int) -> list[tuple[pb.SingleMessageMetada
     except DecodeError as exc:
         raise MalformedFrame(f"single message metadata does not parse: {exc}") from None
     return out
+
+
+def next_batched(buf: bytes | memoryview, pos: int) -> tuple[pb.SingleMessageMetadata, int, int]:
+    """The batched message at ``pos`` of ``buf``, for a reader taking one at a time: its
+    metadata and where its value starts and ends (the next message starts there). The
+    cut of :func:`split_batch`, with the same errors."""
+    try:
+        (size,) = _unpack_u32(buf, pos)
+        pos += 4
+        if pos + size > len(buf):
+            raise MalformedFrame("single message metadata runs past the end of the batch")
+        single = _parse_single(bytes(buf[pos : pos + size]))
+    except struct.error:
+        raise MalformedFrame("batch is shorter than its message count says") from None
+    except DecodeError as exc:
+        raise MalformedFrame(f"single message metadata does not parse: {exc}") from None
+    pos += size
+    end = pos + single.payload_size
+    if end > len(buf):
+        raise MalformedFrame("batched message runs past the end of the batch")
+    return single, pos, end
 
 
 def check_batch(payload: bytes | memoryview, count: int) -> None:

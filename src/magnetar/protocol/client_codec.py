@@ -13,31 +13,16 @@ from collections.abc import Mapping
 
 from google.protobuf.message import DecodeError
 
+# split_batch is protocol.batch's (one splitter); kept importable from here.
+from magnetar.protocol.batch import split_batch as split_batch
 from magnetar.protocol.errors import ChecksumMismatch, FrameTooLarge, MalformedFrame
 from magnetar.protocol.frames import MAGIC_CRC32C, crc32c
-from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.protocol.pb import BaseCommand
+from magnetar.protocol.varint import varint
 
 _TWO_U32 = struct.Struct(">II")
 _U32 = struct.Struct(">I")
 _MAGIC_CRC = struct.Struct(">HI")
-_SMALL = [bytes((i,)) for i in range(128)]
-_U64 = (1 << 64) - 1
-
-
-def varint(value: int) -> bytes:
-    if 0 <= value < 0x80:
-        return _SMALL[value]
-    if 0 < value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    if 0 < value < 0x200000:
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-    value &= _U64  # negative int64 values take ten bytes, as protobuf writes them
-    out = []
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _ld(tag: bytes, data: bytes) -> bytes:
@@ -313,31 +298,3 @@ def _oversized(buf: bytes, pos: int, total: int, limit: int) -> tuple[BaseComman
     if command.type != BaseCommand.MESSAGE:
         raise too_large
     return command, TruncatedBody(buf[pos + 8 + cmd_size : pos + limit])
-
-
-_parse_single = pb.SingleMessageMetadata.FromString
-
-
-def split_batch(payload: bytes, count: int) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
-    """:func:`magnetar.protocol.batch.split_batch` for the receive path: the same
-    cut with fewer intermediate copies."""
-    out: list[tuple[pb.SingleMessageMetadata, bytes]] = []
-    unpack = _U32.unpack_from
-    pos = 0
-    end_of_batch = len(payload)
-    try:
-        for _ in range(count):
-            size = unpack(payload, pos)[0]
-            pos += 4
-            single = _parse_single(payload[pos : pos + size])
-            pos += size
-            end = pos + single.payload_size
-            if end > end_of_batch:
-                raise MalformedFrame("batched message runs past the end of the batch")
-            out.append((single, payload[pos:end]))
-            pos = end
-    except struct.error:
-        raise MalformedFrame("batch is shorter than its message count says") from None
-    except DecodeError as exc:
-        raise MalformedFrame(f"single message metadata does not parse: {exc}") from None
-    return out

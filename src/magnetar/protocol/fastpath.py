@@ -1,6 +1,7 @@
-"""Hand-rolled encoders for the two frames on the broker's hot paths.
+"""Hand-rolled encoders for the frames on the broker's hot paths.
 
-MESSAGE (dispatch) and SEND_RECEIPT (publish) are written once per message, so
+MESSAGE (dispatch, with the ``ack_set`` of a partly acked batch too), SEND_RECEIPT
+(publish) and PIP-371's REQUEST_RECEIPT and ACK_RESPONSE are written once per message, so
 they are encoded directly as protobuf wire bytes instead of building a
 ``BaseCommand`` object each time. ``tests/protocol/test_fastpath.py`` checks the
 bytes against the generated code.
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import struct
 
+from magnetar.protocol.varint import varint
+
 _TWO_U32 = struct.Struct(">II")
 _TYPE_MESSAGE = b"\x08\x09"
 _TYPE_SEND_RECEIPT = b"\x08\x07"
@@ -17,41 +20,6 @@ _FIELD_MESSAGE = 0x4A  # BaseCommand.message = 9, length-delimited
 _FIELD_SEND_RECEIPT = 0x3A  # BaseCommand.send_receipt = 7, length-delimited
 _TYPE_REQUEST_RECEIPT = b"\x08\x45"  # REQUEST_RECEIPT = 69
 _FIELD_REQUEST_RECEIPT = b"\xaa\x04"  # BaseCommand.requestReceipt = 69, length-delimited
-
-
-def _slow_varint(value: int) -> bytes:
-    if value < 0:
-        value &= (1 << 64) - 1
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-# Small ids, counts and sizes are most of what is encoded; look them up. The table
-# stops at 2**12 (200 KB): to 2**16 it held 3 MB, a twentieth of an idle broker.
-_SMALL = [_slow_varint(i) for i in range(1 << 12)]
-
-
-def varint(value: int) -> bytes:
-    if 0 <= value < 4096:
-        return _SMALL[value]
-    if 0 < value < 1 << 28:  # entry ids of a long-lived topic
-        if value < 1 << 14:
-            return bytes(((value & 0x7F) | 0x80, value >> 7))
-        if value < 1 << 21:
-            return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-        return bytes(
-            (
-                (value & 0x7F) | 0x80,
-                ((value >> 7) & 0x7F) | 0x80,
-                ((value >> 14) & 0x7F) | 0x80,
-                value >> 21,
-            )
-        )
-    return _slow_varint(value)
 
 
 def message_id_bytes(ledger_id: int, entry_id: int, partition: int, batch_index: int = -1) -> bytes:
@@ -84,14 +52,19 @@ def encode_message_frame(
     redelivery_count: int,
     entry: bytes,
     consumer_epoch: int | None = None,
+    ack_set: list[int] | None = None,
 ) -> bytes:
     """MESSAGE command followed by a stored entry (magic number to end of payload).
 
-    ``message_id`` is the output of :func:`message_id_bytes`.
+    ``message_id`` is the output of :func:`message_id_bytes`; ``ack_set`` (PIP-54, a
+    partly acked batch going out again) the int64 words of the batch's messages still
+    unacked, written unpacked as proto2 does.
     """
     inner = b"\x08" + varint(consumer_id) + b"\x12" + varint(len(message_id)) + message_id
     if redelivery_count:
         inner += b"\x18" + varint(redelivery_count)
+    if ack_set:
+        inner += b"".join([b"\x20" + varint(word) for word in ack_set])
     if consumer_epoch is not None:
         inner += b"\x28" + varint(consumer_epoch)
     cmd = _TYPE_MESSAGE + bytes((_FIELD_MESSAGE,)) + varint(len(inner)) + inner

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from magnetar.client import Client
 from magnetar.client.schema import SchemaInfo
-from magnetar.client.topic_name import complete_topic_name
 from magnetar.protocol.message_id import MessageId
+from magnetar.protocol.topic_name import DEFAULT_NAMESPACE_PREFIX, complete_topic_name
 from magnetar.spark.auth_options import AuthSpec
 from magnetar.spark.positions import key_before, key_through, parse_topic_ids, parse_topic_times
 
@@ -176,7 +176,7 @@ def complete_pattern(pattern: str) -> str:
     ``persistent://public/default``."""
     pattern = pattern.strip()
     if "://" not in pattern:
-        prefix = "persistent://" if pattern.count("/") >= 2 else "persistent://public/default/"
+        prefix = "persistent://" if pattern.count("/") >= 2 else DEFAULT_NAMESPACE_PREFIX
         pattern = prefix + pattern
     try:
         re.compile(pattern)

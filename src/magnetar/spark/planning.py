@@ -21,13 +21,13 @@ from pyspark.sql.datasource import InputPartition
 
 from magnetar.client import Client, Consumer, Message
 from magnetar.client.entry_reader import EntryReader
-from magnetar.client.topic_name import (
+from magnetar.protocol.message_id import EARLIEST, MessageId
+from magnetar.protocol.topic_name import (
     complete_topic_name,
     partition_index,
     partitioned_base,
     pattern_namespace,
 )
-from magnetar.protocol.message_id import EARLIEST, MessageId
 from magnetar.spark.budget import allocate_parts, share_budget
 from magnetar.spark.options import SourceConfig
 from magnetar.spark.positions import (

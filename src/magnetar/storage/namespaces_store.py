@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from magnetar.protocol.topic_name import DOMAINS
 from magnetar.storage.errors import StorageCorruption
 from magnetar.storage.fsutil import atomic_write, fsync_dir
 from magnetar.storage.metadata import NAMESPACES_DIR, POLICIES_FILE
-from magnetar.storage.store import DOMAINS, PARTITIONED_DIR
+from magnetar.storage.store import PARTITIONED_DIR
 
 TENANTS_DIR = "tenants"
 NAMESPACE_FILE = "namespace.json"

@@ -8,18 +8,20 @@
 
 Local names are percent-quoted (``/`` and odd characters become ``%xx``, and the names
 ``.`` and ``..`` get their dots quoted too), so any topic name maps to one directory
-and quoting is reversible.  Tenant and namespace must be plain Pulsar names.
+and quoting is reversible.  Tenant and namespace must be plain Pulsar names.  Names
+are read, quoted and bounded in length by ``magnetar.protocol.topic_name``.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from concurrent.futures import Executor
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
+from magnetar.protocol.topic_name import DOMAINS, quote_name
+from magnetar.protocol.topic_name import split_full_name as parse_topic
 from magnetar.storage.cache import CacheBudget
 from magnetar.storage.errors import StorageCorruption
 from magnetar.storage.fsutil import atomic_write, fsync_dir
@@ -29,46 +31,8 @@ from magnetar.storage.repair import Truncation, truncate_at_corruption
 from magnetar.storage.segment_files import SegmentFiles
 from magnetar.storage.sync_load import SyncLoad
 
-DOMAINS = ("persistent", "non-persistent")
 PARTITIONED_DIR = "partitioned"
 METADATA_FILE = "metadata.json"
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_=:.\-]+")
-
-
-def parse_topic(topic: str) -> tuple[str, str, str, str]:
-    """Split ``domain://tenant/namespace/local`` (local may contain ``/``)."""
-    domain, sep, rest = topic.partition("://")
-    parts = rest.split("/", 2)
-    if not sep or domain not in DOMAINS or len(parts) != 3 or not parts[2]:
-        raise ValueError(f"not a full topic name: {topic!r}")
-    tenant, namespace, local = parts
-    for part in (tenant, namespace):
-        if not _PLAIN_NAME.fullmatch(part) or part in (".", ".."):
-            raise ValueError(f"invalid tenant or namespace {part!r} in {topic!r}")
-    return domain, tenant, namespace, local
-
-
-def quote_name(name: str) -> str:
-    quoted = quote(name, safe="")
-    if quoted in (".", ".."):
-        quoted = quoted.replace(".", "%2E")
-    return quoted
-
-
-# A quoted name must fit in one file name (255 bytes on common file systems) with room
-# for what is added to it: ".json" (partition counts, cursors) and "-partition-N".
-MAX_QUOTED_NAME = 200
-
-
-def too_long_for_a_file(name: str) -> str | None:
-    """Why ``name`` (a topic's local name or a subscription's) cannot be stored, or None."""
-    size = len(quote_name(name))
-    if size <= MAX_QUOTED_NAME:
-        return None
-    return (
-        f"{name[:40]!r}... is too long: it takes {size} bytes in a file name, "
-        f"at most {MAX_QUOTED_NAME}"
-    )
 
 
 class Store:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from magnetar.broker.topic_name import TopicName
+from magnetar.protocol.topic_name import TopicName
 from magnetar.storage.metadata import NamespacePolicies
 
 POLICY_NAME = "auth_policies"

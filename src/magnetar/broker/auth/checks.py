@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from magnetar.broker.auth.authorization import CONSUME, PRODUCE
 from magnetar.broker.policies.namespaces import NamespaceNotFound
 from magnetar.broker.session.handlers.errors import CommandError
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import pb
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.session.context import Session

@@ -14,8 +14,8 @@ import logging
 from typing import TYPE_CHECKING, cast
 
 from magnetar.broker.policies.topic_policies import expired_through
-from magnetar.broker.topic_name import TopicName
 from magnetar.protocol.pb import pb
+from magnetar.protocol.topic_name import TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from magnetar.broker.session.entry_checks import oversize_refusal
-from magnetar.broker.topic_name import TopicName
 from magnetar.broker.topics.entry_info import info_from_metadata
 from magnetar.broker.topics.shield import ENTRY_FORMAT_PROPERTY, RAW_FORMAT
 from magnetar.broker.topics.topic import Topic, TopicUnavailable
@@ -30,6 +29,7 @@ from magnetar.protocol.client_codec import encode_message_metadata
 from magnetar.protocol.frames import build_entry
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
+from magnetar.protocol.topic_name import TopicName
 from magnetar.storage.errors import StorageError
 
 if TYPE_CHECKING:

@@ -23,6 +23,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from magnetar.broker.features.avro_resolution import resolution_errors
+from magnetar.protocol.schema_types import WIRE_NAMES, WIRE_TYPES, type_name
 
 # The avro package is imported on first use (by the first schema with a definition):
 # with its decimal and json codecs it is a megabyte most brokers never need.
@@ -70,33 +71,6 @@ class InvalidSchema(IncompatibleSchema):
     protocol reports it as IncompatibleSchema, as Pulsar does; the REST API as 422."""
 
 
-# Schema.Type on the wire, by Pulsar's SchemaType names (the REST API's spelling).
-WIRE_TYPES = {
-    "NONE": 0,
-    "STRING": 1,
-    "JSON": 2,
-    "PROTOBUF": 3,
-    "AVRO": 4,
-    "BOOLEAN": 5,
-    "INT8": 6,
-    "INT16": 7,
-    "INT32": 8,
-    "INT64": 9,
-    "FLOAT": 10,
-    "DOUBLE": 11,
-    "DATE": 12,
-    "TIME": 13,
-    "TIMESTAMP": 14,
-    "KEY_VALUE": 15,
-    "INSTANT": 16,
-    "LOCAL_DATE": 17,
-    "LOCAL_TIME": 18,
-    "LOCAL_DATE_TIME": 19,
-    "PROTOBUF_NATIVE": 20,
-    "AUTO_CONSUME": 21,
-    "EXTERNAL": 22,
-}
-_NAMES = {number: name for name, number in WIRE_TYPES.items()}
 AVRO, JSON, PROTOBUF = WIRE_TYPES["AVRO"], WIRE_TYPES["JSON"], WIRE_TYPES["PROTOBUF"]
 AVRO_BASED = frozenset((AVRO, JSON, PROTOBUF))
 # Their definition must be empty (Pulsar's PrimitiveSchemaDataValidator).
@@ -105,9 +79,6 @@ _PRIMITIVES = frozenset(range(WIRE_TYPES["BOOLEAN"], WIRE_TYPES["LOCAL_DATE_TIME
 }
 _CLIENT_SIDE = frozenset((WIRE_TYPES["AUTO_CONSUME"],))
 
-
-def type_name(wire_type: int) -> str:
-    return _NAMES.get(wire_type, str(wire_type))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +105,7 @@ def validate(schema: SchemaData) -> None:
         )
     elif kind in _CLIENT_SIDE:
         raise InvalidSchema(f"Schema {type_name(kind)} is a client-side schema type")
-    elif kind not in _NAMES:
+    elif kind not in WIRE_NAMES:
         raise InvalidSchema(f"Unknown schema type : {kind}")
 
 

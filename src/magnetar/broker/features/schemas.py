@@ -27,12 +27,12 @@ from magnetar.broker.features.schema_compat import (
     check,
     check_for_consumer,
     same_definition,
-    type_name,
     validate,
 )
 from magnetar.broker.policies.hierarchy import in_force
-from magnetar.broker.topic_name import TopicName
 from magnetar.protocol.pb import pb
+from magnetar.protocol.schema_types import type_name
+from magnetar.protocol.topic_name import TopicName
 from magnetar.storage import SchemaEntry, TopicMetadata
 from magnetar.storage.metadata import NamespacePolicies
 

@@ -33,6 +33,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from magnetar.broker.topics.disk_topics import DiskTopics
+from magnetar.protocol.topic_name import namespace_of
 from magnetar.storage.write_latency import BUCKETS as WRITE_LATENCY_BUCKETS
 
 if TYPE_CHECKING:
@@ -128,8 +129,7 @@ class _TopicRow:
 
 def _disk_row(name: str, storage: int) -> _TopicRow:
     """A topic on disk, not loaded: its stored bytes, nothing else going on."""
-    namespace = name.split("://", 1)[-1].rsplit("/", 1)[0]
-    return _TopicRow(namespace, name, 0, 0, 0, storage, 0, 0, 0, 0, 0, 0, 0)
+    return _TopicRow(namespace_of(name), name, 0, 0, 0, storage, 0, 0, 0, 0, 0, 0, 0)
 
 
 Rate = Callable[[object, str], float]  # RateTracker.rate: (topic or consumer, counter)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from magnetar.broker.topic_name import TopicName
+    from magnetar.protocol.topic_name import TopicName
 
 T = TypeVar("T")
 

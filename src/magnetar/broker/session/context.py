@@ -25,10 +25,10 @@ if TYPE_CHECKING:
         PublishBuffer,
         UnauthenticatedBuffers,
     )
-    from magnetar.broker.topic_name import TopicName
     from magnetar.broker.topics.consumer import Consumer
     from magnetar.broker.topics.producer import Producer
     from magnetar.broker.topics.topic import Topic
+    from magnetar.protocol.topic_name import TopicName
     from magnetar.storage import Store
 
 # The connection type the service counts (ServerCnx): a parameter, not an import.

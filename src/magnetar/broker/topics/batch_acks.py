@@ -7,17 +7,17 @@ does.  A cumulative ACK with an ``ack_set`` acks every entry before its entry an
 part of its own batch, as Pulsar's ManagedCursor does.
 
 When such an entry goes out again, its MESSAGE carries the ``ack_set`` of the messages
-still unacked, so the client drops the others; the consumer's permits are charged only
-for those it gets, as Pulsar's Consumer does.  With the setting off, a partial ack is
+still unacked (``protocol/fastpath.encode_message_frame`` writes it), so the client
+drops the others; the consumer's permits are charged only for those it gets, as
+Pulsar's Consumer does.  With the setting off, a partial ack is
 ignored (the batch comes again whole, as before), and so is what an earlier run kept.
 """
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.protocol.pb import pb
 from magnetar.storage.batch_ack_sets import bits_from_words, words_from_bits
 
 if TYPE_CHECKING:
@@ -63,8 +63,6 @@ class _Subscription(_PartlyAcked, Protocol[ConsumerT]):
 
 C = TypeVar("C")
 
-
-_TWO_U32 = struct.Struct(">II")
 
 
 def enabled(cnx: AnyConnection) -> bool:
@@ -116,25 +114,3 @@ def unacked_part(sub: _PartlyAcked, consumer: _Connected, entry_id: int,
     unacked &= (1 << num_messages) - 1
     return unacked.bit_count(), words_from_bits(unacked)
 
-
-def encode_message_frame_with_ack_set(
-    consumer_id: int,
-    message_id: bytes,
-    redelivery_count: int,
-    entry: bytes,
-    consumer_epoch: int | None,
-    ack_set: list[int],
-) -> bytes:
-    """A MESSAGE with an ``ack_set`` followed by the stored entry: the rare case of a
-    partly acked batch, so built with protobuf rather than by hand (see fastpath)."""
-    message = pb.CommandMessage(
-        consumer_id=consumer_id,
-        message_id=pb.MessageIdData.FromString(message_id),
-        ack_set=ack_set,
-    )
-    if redelivery_count:
-        message.redelivery_count = redelivery_count
-    if consumer_epoch is not None:
-        message.consumer_epoch = consumer_epoch
-    cmd = BaseCommand(type=BaseCommand.MESSAGE, message=message).SerializeToString()
-    return _TWO_U32.pack(len(cmd) + 4 + len(entry), len(cmd)) + cmd + entry

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from magnetar.broker.topics.batch_acks import encode_message_frame_with_ack_set
 from magnetar.protocol.fastpath import encode_message_frame
 
 if TYPE_CHECKING:
@@ -54,13 +53,7 @@ class Consumer:
         self.pending[entry_id] = messages
         self.messages_out += messages
         self.bytes_out += len(entry)
-        if ack_set is None:
-            frame = encode_message_frame(
-                self.consumer_id, message_id, redelivery_count, entry, self.consumer_epoch
-            )
-        else:
-            frame = encode_message_frame_with_ack_set(
-                self.consumer_id, message_id, redelivery_count, entry, self.consumer_epoch,
-                ack_set,
-            )
+        frame = encode_message_frame(
+            self.consumer_id, message_id, redelivery_count, entry, self.consumer_epoch, ack_set
+        )
         self.cnx.write(frame)

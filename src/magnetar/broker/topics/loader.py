@@ -14,8 +14,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from magnetar.broker.topic_name import TopicName
 from magnetar.broker.topics.topic import Topic, TopicUnavailable
+from magnetar.protocol.topic_name import TopicName
 from magnetar.storage import CorruptLedger, ManagedLedger, Store, TopicMetadata
 from magnetar.storage.compacted_ledger import open_in_force
 from magnetar.storage.errors import StorageError

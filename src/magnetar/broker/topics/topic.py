@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from magnetar.broker.features.dedup import MessageDeduplication
 from magnetar.broker.features.exclusive import ProducerAccess
 from magnetar.broker.features.schemas import SchemaRegistry
-from magnetar.broker.topic_name import TopicName
 from magnetar.broker.topics.delayed import DEFAULT_CAPACITY as DEFAULT_DELAYED_CAPACITY
 from magnetar.broker.topics.entry_info import EntryInfo, info_from_entry
 from magnetar.broker.topics.nondurable_cursor import NonDurableCursor
@@ -23,6 +22,7 @@ from magnetar.broker.topics.subscription import Cursor, Subscription
 from magnetar.protocol.fastpath import MessageIdEncoder, encode_send_receipt
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
+from magnetar.protocol.topic_name import TopicName
 from magnetar.storage.cursor import DEFAULT_MAX_REDELIVERY_COUNTS
 from magnetar.storage.ledger_ids import LedgerIds, begin_ledger
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from magnetar.broker.topic_name import TopicName
     from magnetar.broker.topics.producer import Producer
+    from magnetar.protocol.topic_name import TopicName
     from magnetar.storage import TopicMetadata
 
 

@@ -31,8 +31,8 @@ from magnetar.client.message import Message
 from magnetar.client.request_reply import responder
 from magnetar.client.request_reply.requests import ReplyReceipt, Request
 from magnetar.client.request_reply.responder import Handler
-from magnetar.client.topic_name import partition_index, partition_name, partitioned_base
 from magnetar.protocol.message_id import MessageId
+from magnetar.protocol.topic_name import partition_index, partition_name, partitioned_base
 
 __all__ = [
     "INITIAL_POSITIONS",

@@ -32,8 +32,8 @@ from typing import Protocol
 from magnetar.client.consuming.acks import Position
 from magnetar.client.errors import AlreadyClosed, ConsumerBusy
 from magnetar.client.message import Message
-from magnetar.client.topic_name import partitioned_base
 from magnetar.protocol.message_id import MessageId
+from magnetar.protocol.topic_name import partitioned_base
 
 log = logging.getLogger("magnetar.client.dead_letter")
 

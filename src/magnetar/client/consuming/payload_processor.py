@@ -34,19 +34,16 @@ emitted before raising are dropped.
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
-
-from google.protobuf.message import DecodeError
 
 from magnetar.client.consuming.acks import BatchAcker, Position
 from magnetar.client.errors import PulsarError
 from magnetar.client.message import DecodedMessage, EntryFields, Message, received
 from magnetar.client.schema import SchemaInfo, value_decoder
-from magnetar.protocol.client_codec import split_batch
+from magnetar.protocol.batch import next_batched, split_batch
 from magnetar.protocol.compression import decompress
-from magnetar.protocol.errors import MalformedFrame, ProtocolError
+from magnetar.protocol.errors import ProtocolError
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 
@@ -60,8 +57,6 @@ __all__ = [
 
 log = logging.getLogger("magnetar.client.consumer")
 
-_U32 = struct.Struct(">I")
-_parse_single = pb.SingleMessageMetadata.FromString
 
 Emit = Callable[[Message], None]
 
@@ -130,21 +125,9 @@ class MessagePayload:
     def _next_single(self) -> tuple[pb.SingleMessageMetadata, bytes]:
         """The next ``[u32 size][SingleMessageMetadata][payload]`` of a Pulsar batch."""
         view = self.view
-        pos = self._offset
-        try:
-            size = _U32.unpack_from(view, pos)[0]
-            pos += 4
-            single = _parse_single(view[pos:pos + size].tobytes())
-        except struct.error:
-            raise MalformedFrame("batch is shorter than its message count says") from None
-        except DecodeError as exc:
-            raise MalformedFrame(f"single message metadata does not parse: {exc}") from None
-        pos += size
-        end = pos + single.payload_size
-        if end > len(view):
-            raise MalformedFrame("batched message runs past the end of the batch")
+        single, start, end = next_batched(view, self._offset)
         self._offset = end
-        return single, view[pos:end].tobytes()
+        return single, view[start:end].tobytes()
 
 
 class _WithSchema(Protocol):

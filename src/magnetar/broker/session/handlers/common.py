@@ -6,9 +6,9 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from magnetar.broker.session.handlers.errors import CommandError
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.broker.topics.topic import TopicUnavailable
 from magnetar.protocol.pb import pb
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.session.context import Session

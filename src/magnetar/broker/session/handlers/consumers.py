@@ -13,13 +13,13 @@ from magnetar.broker.features.schemas import IncompatibleSchema
 from magnetar.broker.session import outgoing
 from magnetar.broker.session.handlers.common import get_topic, topic_name
 from magnetar.broker.session.handlers.errors import CommandError
-from magnetar.broker.topic_name import name_problem
 from magnetar.broker.topics.compacted_dispatch import compacted_last_message_id
 from magnetar.broker.topics.consumer import Consumer
 from magnetar.broker.topics.subscription import SubscriptionError
 from magnetar.protocol.capabilities import capabilities
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.protocol.topic_name import name_problem
 
 if TYPE_CHECKING:
     from magnetar.broker.session.context import Session

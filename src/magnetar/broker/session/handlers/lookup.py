@@ -8,8 +8,8 @@ from magnetar.broker.auth.checks import list_topics_refusal, lookup_refusal
 from magnetar.broker.policies.namespaces import NamespaceNotFound
 from magnetar.broker.session import outgoing
 from magnetar.broker.session.listeners import ListenerNotFound, is_loopback, select
-from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.pb import BaseCommand, pb
+from magnetar.protocol.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.session.context import Session
