@@ -175,6 +175,45 @@ def test_cached_entry_metadata_is_bounded_broker_wide(
         assert sum(len(t._info) for t in topics) <= limit
 
 
+def test_draining_a_backlog_keeps_the_metadata_not_yet_dispatched(
+    tmp_path: Path, client_factory: Callable[..., pulsar.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog larger than a topic's share of the entry metadata cache: dispatch
+    parses again the old entries the cache dropped, and must not evict, to make room
+    for them, the entries it has not dispatched yet (it did: the cache dropped the
+    first inserted, which were those, and every entry of the backlog was parsed again)."""
+    import magnetar.broker.topics.topic as topic_module
+
+    parsed: list[bytes] = []
+    real = topic_module.info_from_entry
+
+    def counting(entry: bytes) -> object:
+        parsed.append(entry)
+        return real(entry)
+
+    monkeypatch.setattr(topic_module, "info_from_entry", counting)
+    with EmbeddedBroker(data_dir=tmp_path, entry_info_cache_max_entries=1000) as broker:
+        assert broker.service is not None
+        client = client_factory(broker.service_url)
+        name = "persistent://public/default/info-backlog"
+        client.subscribe(name, "s").close()
+        producer = client.create_producer(name, batching_enabled=False, block_if_queue_full=True)
+        for i in range(3000):
+            producer.send_async(str(i).encode(), None)
+        producer.flush()
+        (topic,) = [t for t in broker.service.topics.values() if str(t.name) == name]
+        cached = len(topic._info)
+        assert 0 < cached <= 1000
+        consumer = client.subscribe(name, "s")
+        for i in range(3000):
+            msg = consumer.receive(5000)
+            assert msg.data() == str(i).encode()
+            consumer.acknowledge(msg)
+        # The first trim keeps three quarters of the share, the highest entry ids: only
+        # the entries below them are parsed again (it was every one of the 3000).
+        assert len(parsed) <= 3000 - 1000 * 3 // 4
+
+
 def test_cached_entry_metadata_is_out_of_the_garbage_collectors_sight(
     tmp_path: Path, client_factory: Callable[..., pulsar.Client]
 ) -> None:

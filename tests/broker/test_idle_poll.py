@@ -43,3 +43,49 @@ async def test_a_zero_window_never_polls() -> None:
     poller.activity()
     await asyncio.sleep(0)
     assert not poller.polling and poller.rounds == 0
+
+
+async def _period(poller: IdlePoller, clock: FakeClock, found_input: bool) -> None:
+    """One polling period: input, maybe more input while polling, then silence."""
+    poller.activity()
+    await asyncio.sleep(0)
+    if found_input:
+        poller.activity()
+        await asyncio.sleep(0)
+    clock.now += 1.0  # far past any span
+    await _until_asleep(poller)
+
+
+async def _until_asleep(poller: IdlePoller) -> None:
+    for _ in range(100):  # a few rounds are enough; more means it never stops
+        if not poller.polling:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the poller is still polling")
+
+
+async def test_the_span_shrinks_while_polling_finds_nothing_and_grows_when_it_does() -> None:
+    clock = FakeClock()
+    poller = IdlePoller(asyncio.get_running_loop(), 0.0008, clock)
+    assert poller.span == 0.0008
+    spans = []
+    for _ in range(5):  # a trickle: each period ends without further input
+        await _period(poller, clock, found_input=False)
+        spans.append(poller.span)
+    assert spans == [0.0004, 0.0002, 0.0001, 0.0001, 0.0001]  # an eighth at least
+    spans = []
+    for _ in range(4):  # traffic again: each period found input
+        await _period(poller, clock, found_input=True)
+        spans.append(poller.span)
+    assert spans == [0.0002, 0.0004, 0.0008, 0.0008]  # the window at most
+
+
+async def test_a_shrunk_span_ends_polling_sooner() -> None:
+    clock = FakeClock()
+    poller = IdlePoller(asyncio.get_running_loop(), 0.0008, clock)
+    await _period(poller, clock, found_input=False)  # span 0.4 ms now
+    poller.activity()
+    await asyncio.sleep(0)
+    clock.now += 0.0005  # within the window, past the span
+    await _until_asleep(poller)
+    assert poller.span == 0.0002

@@ -92,28 +92,34 @@ def check_batch(payload: bytes | memoryview, count: int) -> None:
 def _walk(payload: bytes | memoryview, count: int) -> int:
     """Walk ``count`` batched messages (one metadata object reused, nothing kept); the
     offset where the last one ends."""
-    view = memoryview(payload)
-    end = len(view)
+    # The broker's loop over every batched message it receives: names bound locally,
+    # each metadata sliced from bytes (a memoryview slice costs more than the copy of
+    # its few bytes): 0.19 against 0.30 us a message through a memoryview.
+    if type(payload) is not bytes:
+        payload = bytes(payload)
+    end = len(payload)
     pos = 0
     single = pb.SingleMessageMetadata()
-    for _ in range(count):
-        if end - pos < 4:
-            raise MalformedFrame("batch is shorter than its message count says")
-        (size,) = _U32.unpack_from(view, pos)
-        pos += 4
-        if size > end - pos:
-            raise MalformedFrame("single message metadata runs past the end of the batch")
-        try:
-            single.ParseFromString(view[pos : pos + size])  # type: ignore[arg-type]  # upb reads any buffer
-        except DecodeError as exc:
-            raise MalformedFrame(f"single message metadata does not parse: {exc}") from None
-        if not single.HasField("payload_size"):
-            raise MalformedFrame("a batched message's metadata lacks its payload_size")
-        pos += size
-        stop = pos + single.payload_size
-        if single.payload_size < 0 or stop > end:
-            raise MalformedFrame("batched message runs past the end of the batch")
-        pos = stop
+    parse = single.ParseFromString
+    has = single.HasField
+    try:
+        for _ in range(count):
+            (size,) = _unpack_u32(payload, pos)
+            pos += 4
+            if size > end - pos:
+                raise MalformedFrame("single message metadata runs past the end of the batch")
+            parse(payload[pos : pos + size])
+            if not has("payload_size"):
+                raise MalformedFrame("a batched message's metadata lacks its payload_size")
+            pos += size
+            length = single.payload_size
+            if length < 0 or length > end - pos:
+                raise MalformedFrame("batched message runs past the end of the batch")
+            pos += length
+    except struct.error:
+        raise MalformedFrame("batch is shorter than its message count says") from None
+    except DecodeError as exc:
+        raise MalformedFrame(f"single message metadata does not parse: {exc}") from None
     return pos
 
 

@@ -15,9 +15,11 @@ class RuntimeSettings:
     idle_poll_us: int = field(
         default=200,
         metadata=_help(
-            "microseconds the event loop keeps polling after input before it sleeps: "
-            "lower latency where waking a CPU is slow, for some CPU while traffic "
-            "trickles; 0 disables (an in-process EmbeddedBroker uses 0)"
+            "microseconds the event loop keeps polling after input before it sleeps, "
+            "at most: lower latency where waking a CPU is slow; the span halves (to an "
+            "eighth) after each polling period that found no input and doubles back "
+            "while polling keeps finding it; 0 disables (an in-process EmbeddedBroker "
+            "uses 0)"
         ),
     )
     loop_lag_probe_interval: float = field(

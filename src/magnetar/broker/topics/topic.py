@@ -203,11 +203,16 @@ class Topic:
             self.trim_info_cache()
 
     def trim_info_cache(self) -> None:
-        """Keep three quarters of this topic's share, dropping the oldest entries."""
+        """Keep three quarters of this topic's share, dropping the lowest entry ids.
+
+        By id, not by insertion: a backlog's dispatch re-parses the old entries the
+        cache had dropped, and each lands at the end of the dict; dropping the first
+        inserted then threw out the entries not yet dispatched, so every entry of a
+        backlog over the share missed once it started."""
         cache = self._info
         limit = self._info_cap = self._info_limit()
         if len(cache) > limit:
-            for old in list(cache)[: len(cache) - limit * 3 // 4]:
+            for old in sorted(cache)[: len(cache) - limit * 3 // 4]:  # runs: near linear
                 del cache[old]
 
     # ------------------------------------------------------------ publish
