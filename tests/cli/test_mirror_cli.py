@@ -316,3 +316,19 @@ def test_mirror_unreachable_target_is_exit_1(source: EmbeddedBroker) -> None:
     assert done.stdout == ""
     assert done.stderr.startswith("magnetar mirror: ConnectError: cannot connect to 127.0.0.1:9")
     assert done.stderr.count("\n") == 1
+
+
+def test_mirror_takes_the_source_admin_url_and_service_url_from_the_environment(
+    source: EmbeddedBroker, target: EmbeddedBroker, namespace: str
+) -> None:
+    topic = f"persistent://{namespace}/from-env"
+    _produce(source, topic, 0, 20)
+    assert source.admin_url is not None and target.admin_url is not None
+
+    done = magnetar("mirror", "--to", target.service_url, "--to-admin-url", target.admin_url,
+                    "--topic", topic,
+                    env={"MAGNETAR_ADMIN_URL": source.admin_url,
+                         "MAGNETAR_SERVICE_URL": source.service_url})
+
+    assert done.returncode == 0, done.stderr
+    assert _rows(target, topic, 20) == _rows(source, topic, 20)

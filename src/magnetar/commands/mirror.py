@@ -80,9 +80,10 @@ def add_mirror_parser(commands: Any) -> None:
                         help="the target's admin REST URL: create there the tenants, namespaces "
                              "and partitioned topics it lacks (without it they must exist)")
     parser.add_argument("--to-token", help="a token for the target (and its admin API)")
-    parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL,
+    parser.add_argument("--admin-url", "--web-service-url", dest="admin_url",
+                        default=argparse.SUPPRESS, metavar="URL",
                         help="the source's admin REST URL, which lists its topics and schemas "
-                             f"(default: {DEFAULT_ADMIN_URL})")
+                             f"(default: $MAGNETAR_ADMIN_URL, webServiceUrl, {DEFAULT_ADMIN_URL})")
     parser.add_argument("--tenant", action="append", default=[], metavar="TENANT",
                         help="copy every topic of this tenant (repeatable)")
     parser.add_argument("--namespace", action="append", default=[], metavar="TENANT/NS",
@@ -120,7 +121,7 @@ class Mirror:
         self.args = args
         self.source = source
         self.target = target
-        self.rest = Settings.of(args).rest_client(args.admin_url)
+        self.rest = Settings.of(args).rest_client()
         self.target_rest = (RestClient(args.to_admin_url, args.to_token)
                             if args.to_admin_url else None)
         self.topics: dict[str, SourceTopic] = {}
