@@ -168,6 +168,8 @@ def test_expire_messages(broker: EmbeddedBroker, client: pulsar.Client, local: s
     time.sleep(0.01)
     ok(broker, "POST", f"{NS}/{local}/subscription/ex/expireMessages/0")
     assert backlog(broker, local, "ex") == 0
+    stats = http(broker, "GET", f"{NS}/{local}/stats").json()
+    assert stats["subscriptions"]["ex"]["totalMsgExpired"] == 3  # counted as TTL's are
 
 
 def test_peek_the_nth_unacked_message(

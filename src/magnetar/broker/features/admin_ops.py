@@ -140,7 +140,11 @@ def expire_messages(sub: Subscription, seconds: int, now_ms: int) -> int:
     before = sub.backlog()
     sub.ack_cumulative(_NOBODY, through)
     sub.cursor.flush()
-    return before - sub.backlog()
+    gone = before - sub.backlog()
+    if gone:  # counted as Pulsar's expiry monitor counts TTL's and an admin's alike
+        sub.messages_expired += gone
+        sub.last_expire_ms = now_ms
+    return gone
 
 
 def peek_position(sub: Subscription, n: int) -> int | None:

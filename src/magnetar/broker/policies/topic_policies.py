@@ -28,9 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from magnetar.broker.policies.retention_policies import (
@@ -142,12 +140,6 @@ def _segment_sealed_at_ms(span: SegmentSpan) -> int:
 # ------------------------------------------------------------------ enforcement
 
 
-@dataclass(slots=True)
-class ExpiryStats:
-    total: int = 0  # entries expired by TTL (or a message_age eviction), ever
-    last_ms: int = 0  # when the last ones were
-
-
 class PolicyEnforcer:
     """Applies the policies in force (``store``) to topics. Loop thread only."""
 
@@ -164,9 +156,6 @@ class PolicyEnforcer:
         self.expiry_interval = config.message_expiry_check_interval_in_seconds
         self.quota_check_enabled = config.backlog_quota_check_enabled
         self.quota_interval = config.backlog_quota_check_interval_in_seconds
-        self._expired: weakref.WeakKeyDictionary[Subscription, ExpiryStats] = (
-            weakref.WeakKeyDictionary()
-        )
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -217,10 +206,8 @@ class PolicyEnforcer:
         sub.ack_cumulative(cast("Consumer", None), through)
         gone = max(before - sub.backlog(), 0)
         if expired and gone:
-            stats = self._expired.setdefault(sub, ExpiryStats())
-            stats.total += gone
             sub.messages_expired += gone
-            stats.last_ms = self.now_ms()
+            sub.last_expire_ms = self.now_ms()
         return gone
 
     async def expiry_monitor(self, topics: Callable[[], Iterable[Topic]]) -> None:
@@ -385,6 +372,5 @@ class PolicyEnforcer:
             if not isinstance(entry, dict):
                 continue
             entry["backlogSize"] = ledger.size_from(sub.cursor.mark_delete + 1)
-            stats = self._expired.get(sub)
-            entry["totalMsgExpired"] = stats.total if stats is not None else 0
-            entry["lastExpireTimestamp"] = stats.last_ms if stats is not None else 0
+            entry["totalMsgExpired"] = sub.messages_expired
+            entry["lastExpireTimestamp"] = sub.last_expire_ms

@@ -105,7 +105,9 @@ class Subscription:
         self.gone_messages_out = 0
         self.gone_bytes_out = 0
         self.messages_redelivered = 0  # counted per request, not per message sent
-        self.messages_expired = 0  # by TTL, counted by the policy enforcer
+        # Expired by TTL, a message_age eviction or an admin's expireMessages.
+        self.messages_expired = 0
+        self.last_expire_ms = 0
         self.last_acked_ms = 0  # set per ACK command (a client groups its acks)
         # Its consumer reads the compacted view up to the horizon (compacted_dispatch.py).
         self.read_compacted = False
