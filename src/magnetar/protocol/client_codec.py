@@ -139,6 +139,43 @@ def encode_send(
     return b"".join((_TWO_U32.pack(total, len(cmd)), cmd, head, tail))
 
 
+_U64 = (1 << 64) - 1
+
+
+def encode_reply_ack(
+    consumer_id: int,
+    ledger_id: int,
+    entry_id: int,
+    batch_index: int,
+    batch_size: int,
+    ack_set: list[int] | None,
+    request_id: int,
+    requester: bytes,
+    is_error: bool,
+    body: bytes,
+) -> bytes:
+    """A whole PIP-371 ACK frame: an individual ack of one message with a request id,
+    ``reply_to_client`` = ``requester`` (UTF-8; empty: the broker finds the requester)
+    and ``reply_is_error`` when set, the reply ``body`` after the command. The bytes of
+    ``BaseCommand{type=ACK, ack=...}.SerializeToString()`` (``batch_index`` -1 and
+    ``batch_size`` 0 left out, as ``MessageId.to_pb`` leaves them)."""
+    mid = b"\x08" + varint(ledger_id & _U64) + b"\x10" + varint(entry_id & _U64)
+    if batch_index >= 0:
+        mid += b"\x20" + varint(batch_index)
+    if ack_set:
+        mid += b"".join([b"\x28" + varint(word) for word in ack_set])
+    if batch_size > 0:
+        mid += b"\x30" + varint(batch_size)
+    ack = b"".join((
+        b"\x08", varint(consumer_id), b"\x10\x00\x1a", varint(len(mid)), mid,
+        b"\x40", varint(request_id), b"\x4a", varint(len(requester)), requester,
+    ))
+    if is_error:
+        ack += b"\xc0\x3e\x01"  # field 1000, varint 1
+    cmd = b"\x08\x0a\x52" + varint(len(ack)) + ack
+    return b"".join((_TWO_U32.pack(len(cmd) + 4 + len(body), len(cmd)), cmd, body))
+
+
 def encode_flow(consumer_id: int, permits: int) -> bytes:
     inner = b"\x08" + varint(consumer_id) + b"\x10" + varint(permits)
     cmd = b"\x08\x0b\x5a" + varint(len(inner)) + inner
