@@ -29,14 +29,31 @@ def _ld(tag: bytes, data: bytes) -> bytes:
     return tag + varint(len(data)) + data
 
 
+# Encoded (tag, key, value) triples: an application sends the same few properties
+# over and over (a PIP-371 request's timeout, a content type), so each is encoded
+# once; the table is emptied when it fills (values that never repeat).
+_KV_CACHE: dict[tuple[bytes, str, str], bytes] = {}
+_KV_CACHE_MAX = 4096
+
+
+def _encode_key_value(tag: bytes, key: str, value: str) -> bytes:
+    kb = key.encode()
+    vb = value.encode()
+    inner = b"\x0a" + varint(len(kb)) + kb + b"\x12" + varint(len(vb)) + vb
+    encoded = tag + varint(len(inner)) + inner
+    if len(_KV_CACHE) >= _KV_CACHE_MAX:
+        _KV_CACHE.clear()
+    _KV_CACHE[(tag, key, value)] = encoded
+    return encoded
+
+
 def encode_key_values(tag: bytes, properties: Mapping[str, str]) -> bytes:
+    cached = _KV_CACHE.get
     parts = []
     for key, value in properties.items():
-        kb = key.encode()
-        vb = value.encode()
-        inner = b"\x0a" + varint(len(kb)) + kb + b"\x12" + varint(len(vb)) + vb
-        parts.append(tag + varint(len(inner)) + inner)
-    return b"".join(parts)
+        encoded = cached((tag, key, value))
+        parts.append(encoded if encoded is not None else _encode_key_value(tag, key, value))
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def encode_message_metadata(

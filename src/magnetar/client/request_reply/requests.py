@@ -66,27 +66,37 @@ def _key(message_id: MessageId) -> RequestKey:
 
 
 class PendingRequest:
-    """One request in flight: its future, its timer, its sequence id and (once
-    receipted) its message id."""
+    """One request in flight: its future, its deadline (on the loop's clock), its
+    sequence id and (once receipted) its message id."""
 
-    __slots__ = ("done", "future", "key", "sequence_id", "timeout", "timer")
+    __slots__ = ("deadline", "done", "future", "key", "sequence_id", "timeout")
 
-    def __init__(self, future: asyncio.Future[ReplyResult], timeout: float) -> None:
+    def __init__(
+        self, future: asyncio.Future[ReplyResult], timeout: float, deadline: float = 0.0
+    ) -> None:
         self.future = future
         self.timeout = timeout
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = deadline
         self.key: RequestKey | None = None
         self.sequence_id: int | None = None
         self.done = False
 
 
 class PendingRequests:
-    """The requests of one partition producer, waiting for their replies."""
+    """The requests of one partition producer, waiting for their replies.
+
+    Timeouts cost no timer per request: the requests waiting with the same timeout
+    are kept in the order they were made, which is their deadlines' order, and one
+    timer per timeout value, armed for the oldest, fails those past theirs.
+    """
 
     def __init__(self, topic: str, partition: int = -1) -> None:
         self._loop = asyncio.get_running_loop()
         self.topic = topic
         self.partition = partition
+        # timeout -> the requests waiting with it, oldest first; and its timer.
+        self._waiting: dict[float, dict[PendingRequest, None]] = {}
+        self._timers: dict[float, asyncio.TimerHandle] = {}
         self._by_seq: dict[int, PendingRequest] = {}
         self._by_key: dict[RequestKey, PendingRequest] = {}
         self._unsent: set[PendingRequest] = set()  # no send receipt yet
@@ -102,9 +112,14 @@ class PendingRequests:
         return len(self._by_key) + sum(not request.done for request in self._unsent)
 
     def new(self, timeout: float) -> PendingRequest:
-        future: asyncio.Future[ReplyResult] = self._loop.create_future()
-        request = PendingRequest(future, timeout)
-        request.timer = self._loop.call_later(timeout, self._timed_out, request)
+        loop = self._loop
+        request = PendingRequest(loop.create_future(), timeout, loop.time() + timeout)
+        waiting = self._waiting.get(timeout)
+        if waiting is None:
+            waiting = self._waiting[timeout] = {}
+        waiting[request] = None
+        if timeout not in self._timers:
+            self._timers[timeout] = loop.call_at(request.deadline, self._time_out, timeout)
         self._unsent.add(request)
         return request
 
@@ -198,6 +213,10 @@ class PendingRequests:
         for request in [*self._unsent, *self._by_key.values(), *self._by_seq.values()]:
             self.fail(request, exc)
         self._early.clear()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._waiting.clear()
 
     # ------------------------------------------------------------------ internals
 
@@ -211,24 +230,40 @@ class PendingRequests:
         without its send receipt stays until that receipt (or its failure) tells
         its id, so that a late reply to it is recognized."""
         request.done = True
-        if request.timer is not None:
-            request.timer.cancel()
-            request.timer = None
+        waiting = self._waiting.get(request.timeout)
+        if waiting is not None:
+            waiting.pop(request, None)
         if request.key is not None and self._by_key.get(request.key) is request:
             del self._by_key[request.key]
             self._remember_expired(request.key)
         if request.sequence_id is not None and self._by_seq.get(request.sequence_id) is request:
             del self._by_seq[request.sequence_id]
 
-    def _timed_out(self, request: PendingRequest) -> None:
-        request.timer = None
-        if request.done:
+    def _time_out(self, timeout: float) -> None:
+        """The timer of the requests waiting with ``timeout``: fail those past their
+        deadline (the oldest), and wait for the next one's."""
+        del self._timers[timeout]
+        waiting = self._waiting.get(timeout)
+        if not waiting:
+            self._waiting.pop(timeout, None)
             return
-        self._finish(request)
-        if not request.future.done():
-            request.future.set_exception(RequestTimeout(
-                f"no reply within {request.timeout}s to a request on {self.topic}"
-            ))
+        now = self._loop.time()
+        expired = []
+        for request in waiting:
+            if request.deadline > now:
+                break
+            expired.append(request)
+        for request in expired:
+            self._finish(request)
+            if not request.future.done():
+                request.future.set_exception(RequestTimeout(
+                    f"no reply within {request.timeout}s to a request on {self.topic}"
+                ))
+        if waiting:
+            first = next(iter(waiting)).deadline
+            self._timers[timeout] = self._loop.call_at(first, self._time_out, timeout)
+        else:
+            del self._waiting[timeout]
 
     def _remember_expired(self, key: RequestKey) -> None:
         self._expired[key] = None
