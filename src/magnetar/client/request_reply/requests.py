@@ -312,7 +312,7 @@ class Request:
     ``clock``, milliseconds since the epoch).
     """
 
-    __slots__ = ("_clock", "_consumer", "message")
+    __slots__ = ("_clock", "_consumer", "_timeout_ms", "_timeout_read", "message")
 
     def __init__(
         self,
@@ -323,6 +323,8 @@ class Request:
         self._consumer = consumer
         self.message = message
         self._clock = clock or time.time
+        self._timeout_read = False  # the timeout property is read once, when first asked
+        self._timeout_ms: int | None = None
 
     @property
     def value(self) -> bytes:
@@ -346,7 +348,10 @@ class Request:
 
     @property
     def timeout_ms(self) -> int | None:
-        return request_timeout_ms(self.message)
+        if not self._timeout_read:
+            self._timeout_ms = request_timeout_ms(self.message)
+            self._timeout_read = True
+        return self._timeout_ms
 
     @property
     def is_request(self) -> bool:
