@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, overload
 
 from magnetar.client.errors import RequestTimeout
+from magnetar.client.message import new_id
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 from magnetar.protocol.request_reply import REQUEST_TIMEOUT_PROPERTY
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["REQUEST_TIMEOUT_PROPERTY", "PendingRequests", "ReplyReceipt", "ReplyResult", "Request"]
 
+_I64_MAX = (1 << 63) - 1
 # Replies that arrived before their request's send receipt, kept at most this many.
 _MAX_EARLY = 10_000
 # Ids of requests given up on, so that their late replies are recognized and dropped.
@@ -59,6 +61,22 @@ class ReplyResult:
     request_message_id: MessageId
     value: bytes
     is_error: bool
+
+
+_new_object = object.__new__
+_set_request_message_id = vars(ReplyResult)["request_message_id"].__set__
+_set_value = vars(ReplyResult)["value"].__set__
+_set_is_error = vars(ReplyResult)["is_error"].__set__
+
+
+def _result(request_message_id: MessageId, value: bytes, is_error: bool) -> ReplyResult:
+    """``ReplyResult(...)`` without the frozen dataclass's slow ``__init__`` (one per
+    reply)."""
+    result: ReplyResult = _new_object(ReplyResult)
+    _set_request_message_id(result, request_message_id)
+    _set_value(result, value)
+    _set_is_error(result, is_error)
+    return result
 
 
 def _key(message_id: MessageId) -> RequestKey:
@@ -159,7 +177,7 @@ class PendingRequests:
         else:
             request.key = key
             if early is not None:
-                self._complete(request, ReplyResult(*early))
+                self._complete(request, _result(*early))
             else:
                 self._by_key[key] = request
         if not self._unsent and self._early:
@@ -173,7 +191,7 @@ class PendingRequests:
         key = _key(message_id)
         request = self._by_key.pop(key, None)
         if request is not None:
-            self._complete(request, ReplyResult(message_id, body, receipt.is_error))
+            self._complete(request, _result(message_id, body, receipt.is_error))
             return
         if key in self._expired or not self._unsent:
             self.late_replies += 1  # timed out, already answered, or not ours
@@ -192,15 +210,24 @@ class PendingRequests:
         if receipt.HasField("request_message_id"):
             message_id = self._message_id(receipt)
         elif request.key is not None:
-            message_id = MessageId(request.key[0], request.key[1], request.key[2],
-                                   self.partition)
+            message_id = new_id(request.key[0], request.key[1], request.key[2],
+                                self.partition, 0)
         else:
-            message_id = MessageId(-1, -1, -1, self.partition)
-        self._complete(request, ReplyResult(message_id, body, receipt.is_error))
+            message_id = new_id(-1, -1, -1, self.partition, 0)
+        self._complete(request, _result(message_id, body, receipt.is_error))
 
     def _message_id(self, receipt: pb.CommandRequestReceipt) -> MessageId:
+        """``MessageId.from_pb`` of the request's id, the producer's partition unless it
+        names one, built the fast way (one per reply)."""
         mid = receipt.request_message_id
-        return MessageId.from_pb(mid, None if mid.HasField("partition") else self.partition)
+        ledger, entry = mid.ledgerId, mid.entryId
+        return new_id(
+            ledger - (1 << 64) if ledger > _I64_MAX else ledger,
+            entry - (1 << 64) if entry > _I64_MAX else entry,
+            mid.batch_index,
+            mid.partition if mid.HasField("partition") else self.partition,
+            mid.batch_size if mid.HasField("batch_size") else 0,
+        )
 
     def fail(self, request: PendingRequest, exc: BaseException) -> None:
         """The request failed before its reply (it will have no send receipt either)."""
