@@ -4,6 +4,7 @@
         [--throughput-requests 10000] [--size 100] [--sync-policy always|interval]
         [--idle-poll-us N] [--service-url URL]
         [--only pip371|pip371-serve|two-topic|one-way|nats] [--serve-concurrency 8]
+        [--rounds 1]
         [--profile-broker FILE]
         [--profile-client FILE] [--profile-responder FILE]
 
@@ -35,6 +36,10 @@ with ``msg.respond``, and ``nc.request`` (nats-py) on the requester's side, meas
 the same way; it runs when the ``nats-server`` binary and ``nats-py`` are installed
 (``apt-get install nats-server``; ``pip install -e '.[bench]'``) and is skipped with a
 note otherwise. Its "broker" CPU is nats-server's.
+
+With ``--rounds N`` every pattern is measured N times, the patterns interleaved (in
+reverse order every other round) so that a busy machine's load falls on all of them
+alike, and each figure is the median of its N.
 
 Figures: sequential latency (one request at a time, after a warm-up) p50/p99,
 throughput with ``--in-flight`` requests outstanding at all times, and the CPU time
@@ -555,6 +560,24 @@ async def bench_nats(
         return await _measure(request, b"x" * args.size, args, meter)
 
 
+def _median(figures: list[Figures]) -> Figures:
+    """Each figure's median over the rounds (by process for CPU and system calls)."""
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    roles = {role for fig in figures for role in fig.cpu_us}
+    calls = {role for fig in figures for role in fig.syscalls}
+    return Figures(
+        med([f.p50_ms for f in figures]),
+        med([f.p99_ms for f in figures]),
+        med([f.mean_ms for f in figures]),
+        med([f.rate for f in figures]),
+        {r: med([f.cpu_us[r] for f in figures if r in f.cpu_us]) for r in roles},
+        {r: med([f.syscalls[r] for f in figures if r in f.syscalls]) for r in calls},
+    )
+
+
 BenchFn = Callable[
     [str, str, argparse.Namespace, CpuMeter, Responder], Coroutine[Any, Any, Figures]
 ]
@@ -590,6 +613,10 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=64, help="window of the throughput run")
     parser.add_argument("--throughput-requests", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=100, help="request and reply bytes")
+    parser.add_argument(
+        "--rounds", type=int, default=1,
+        help="measure every pattern this many times, interleaved; print the medians",
+    )
     parser.add_argument("--sync-policy", default="always", choices=["always", "interval"])
     parser.add_argument(
         "--idle-poll-us", type=int, help="the started broker's idle polling (default: its own)"
@@ -618,27 +645,35 @@ def main() -> None:
         ("one-way", "one-way", bench_one_way),
         ("NATS core", "nats", bench_nats),
     ]
-    results: dict[str, Figures] = {}
+    runs: dict[str, list[Figures]] = {}
     nats_missing = rpc_nats.missing()
+    chosen = [p for p in patterns if not args.only or args.only == p[1]]
+    chosen = [p for p in chosen if p[1] != "nats" or not nats_missing]
     with contextlib.ExitStack() as servers:
         magnetar: tuple[str, int | None] | None = None
-        for label, kind, fn in patterns:
-            if args.only and args.only != kind:
-                continue
-            if kind == "nats":
-                if nats_missing:
-                    continue
-                url, broker_pid = servers.enter_context(rpc_nats.nats_server())
-            else:
-                if magnetar is None:
-                    magnetar = servers.enter_context(broker_url(args))
-                url, broker_pid = magnetar
-            topic = f"persistent://public/default/rpc-bench-{kind}-{uuid.uuid4().hex[:8]}"
-            profile = f"{args.profile_responder}.{kind}" if args.profile_responder else None
-            with responder(kind, url, topic, profile) as serving:
-                meter = CpuMeter({"broker": broker_pid, "responder": serving.pid})
-                results[label] = run_requester(fn, url, topic, args, meter, serving, client_profile)
-            print(f"  {label}: done", file=sys.stderr, flush=True)
+        nats: tuple[str, int] | None = None
+        for round_ in range(args.rounds):
+            # Every pattern once a round, the order reversed every other round, so that
+            # the machine's load falls on all of them alike; medians over the rounds.
+            for label, kind, fn in chosen if round_ % 2 == 0 else reversed(chosen):
+                if kind == "nats":
+                    if nats is None:
+                        nats = servers.enter_context(rpc_nats.nats_server())
+                    url, broker_pid = nats
+                else:
+                    if magnetar is None:
+                        magnetar = servers.enter_context(broker_url(args))
+                    url, broker_pid = magnetar
+                topic = f"persistent://public/default/rpc-bench-{kind}-{uuid.uuid4().hex[:8]}"
+                profile = (
+                    f"{args.profile_responder}.{kind}" if args.profile_responder else None
+                )
+                with responder(kind, url, topic, profile) as serving:
+                    meter = CpuMeter({"broker": broker_pid, "responder": serving.pid})
+                    figures = run_requester(fn, url, topic, args, meter, serving, client_profile)
+                runs.setdefault(label, []).append(figures)
+                print(f"  {label}: done (round {round_ + 1})", file=sys.stderr, flush=True)
+    results = {label: _median(runs[label]) for label, _, _ in chosen if label in runs}
     if client_profile is not None:
         client_profile.dump_stats(args.profile_client)
 
@@ -651,6 +686,7 @@ def main() -> None:
     print(
         f"sequential: {args.requests} timed after {args.warmup} warm-up; throughput: "
         f"{args.throughput_requests} requests, {args.in_flight} in flight; "
+        f"{args.rounds} interleaved round(s), medians; "
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
     )
     header = f"{'pattern':<14}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}"
