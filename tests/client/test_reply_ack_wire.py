@@ -12,6 +12,7 @@ import pytest
 from scripted_broker import T, lookup_answer, serve
 
 from magnetar.client import Client, Consumer, MessageTooBig, NotAllowed
+from magnetar.client.errors import ConnectError, TimeoutError
 from magnetar.client.message import Message
 from magnetar.client.request_reply import REQUEST_TIMEOUT_PROPERTY
 from magnetar.protocol import client_codec
@@ -225,3 +226,47 @@ async def test_a_reply_is_pipelined_and_its_refusal_is_never_silent(
     await consumer.acknowledge(msgs[0], reply=b"answer")
     await _settle(consumer)
     assert consumer.refused_replies == 2
+
+
+def _live_timers() -> int:
+    """Timers armed on this loop and not cancelled (the default asyncio loop's)."""
+    scheduled = asyncio.get_running_loop()._scheduled  # type: ignore[attr-defined]
+    return sum(1 for handle in scheduled if not handle.cancelled())
+
+
+async def test_replies_waiting_for_their_verdict_share_one_timer_that_still_fails_them() -> None:
+    """Pipelined replies arm no timer each: one timer covers every reply waiting for
+    the broker's verdict, and a verdict that never comes still fails its receipt after
+    the operation timeout, counted as refused."""
+    broker = BatchBroker()
+    broker.withhold = True  # no verdict, ever
+    server, broker.url, _ = await serve(broker, broker.frames)
+    client = Client(broker.url, operation_timeout=0.5)
+    try:
+        consumer = await client.subscribe("wire", "s", subscription_type="shared")
+        msgs = [await consumer.receive(5) for _ in range(3)]
+        before = _live_timers()
+        receipts = [await consumer.acknowledge(m, reply=b"answer") for m in msgs]
+        assert _live_timers() - before <= 1
+        for receipt in receipts:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(receipt, 5)
+        assert consumer.refused_replies == 3
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_a_reply_whose_connection_ends_before_its_verdict_fails_its_receipt(
+    scripted: tuple[BatchBroker, Consumer, list[Message]],
+) -> None:
+    broker, consumer, msgs = scripted
+    broker.withhold = True
+    receipt = await consumer.acknowledge(msgs[0], reply=b"answer")
+    await asyncio.sleep(0.1)
+    conn = consumer._subs[next(iter(consumer._subs))]._conn
+    assert conn is not None
+    conn.close()
+    with pytest.raises(ConnectError):
+        await asyncio.wait_for(receipt, 5)
+    assert consumer.refused_replies == 1

@@ -106,6 +106,8 @@ class ReplyRouter:
         and apply the ack (``apply_ack``) once the reply is delivered or over.
 
         Raises ReplyRejected, with nothing applied, when the reply cannot be accepted.
+        (This runs once per reply: the checks come first, cheapest first, and the
+        texts of refusals are built only for a refusal.)
         """
         max_size = self.service.config.max_message_size
         if len(body) > max_size:
@@ -117,33 +119,33 @@ class ReplyRouter:
         topic = consumer.subscription.topic
         mid = ack.message_id[0]
         ledger_id, entry_id, batch_index = mid.ledgerId, mid.entryId, mid.batch_index
-        where = f"{ledger_id}:{entry_id}:{batch_index}"
         if ledger_id == topic.ledger_id and entry_id > topic.last_visible_entry_id:
-            raise ReplyRejected(f"reply to {where}, past the end of {topic.name}")
+            raise ReplyRejected(f"reply to {_where(mid)}, past the end of {topic.name}")
         position = topic.exact_entry_id(ledger_id, entry_id)
         if position is None or position < topic.ledger.first_entry_id:
             raise ReplyRejected(
-                f"reply to {where}, which is not a stored message of {topic.name}"
+                f"reply to {_where(mid)}, which is not a stored message of {topic.name}"
             )
         info = topic.entry_info(position)
         if not _index_in_entry(batch_index, info.num_messages):
             raise ReplyRejected(
-                f"reply to {where}: the entry holds {info.num_messages} message(s)"
+                f"reply to {_where(mid)}: the entry holds {info.num_messages} message(s)"
             )
-        key = (topic.name, ledger_id, entry_id, max(batch_index, 0))
-        if key in self._replied:
+        key = (topic.name, ledger_id, entry_id, batch_index if batch_index > 0 else 0)
+        replied = self._replied
+        if key in replied:
             self.service.metrics.reply_dropped("duplicate")
-            raise ReplyRejected(f"{where} has been answered already")
+            raise ReplyRejected(f"{_where(mid)} has been answered already")
         if position not in consumer.pending:
             raise ReplyRejected(
-                f"reply to {where}, which was not delivered to consumer '{consumer.name}' "
-                "(or is acknowledged already)"
+                f"reply to {_where(mid)}, which was not delivered to consumer "
+                f"'{consumer.name}' (or is acknowledged already)"
             )
         requester = ack.reply_to_client or info.producer_name
         if requester != info.producer_name:
             # A consumer must not be able to address another producer's connection.
             raise ReplyRejected(
-                f"reply names requester '{requester}', but {where} was sent by "
+                f"reply names requester '{requester}', but {_where(mid)} was sent by "
                 f"'{info.producer_name}'"
             )
         role = None
@@ -151,26 +153,37 @@ class ReplyRouter:
             role = self._request_of(topic, position)[1]
             if role is None:
                 raise ReplyRejected(
-                    f"{where} carries no requester role (a request sent without "
+                    f"{_where(mid)} carries no requester role (a request sent without "
                     "authentication, or batched by a client that does not mark it): "
                     "with authentication on its reply could reach another role"
                 )
-        self._replied[key] = None
-        if len(self._replied) > _REPLIED_MEMORY:
-            self._replied.popitem(last=False)
+        replied[key] = None
+        if len(replied) > _REPLIED_MEMORY:
+            replied.popitem(last=False)
         self.round_trips.observe(self.service.clock() - info.publish_time / 1000)
+        # A batch's messages carry consecutive sequence ids from the batch's first.
+        sequence_id = info.sequence_id + (batch_index if batch_index > 0 else 0)
+        producer = topic.producers.get(requester)
+        if producer is not None and producer.cnx.alive and self._may_receive(producer, role):
+            cnx = producer.cnx
+            if cnx.supports_request_reply:  # the common case, without a _Reply
+                cnx.write(encode_request_receipt(
+                    producer.producer_id, topic.message_id_bytes(position, batch_index),
+                    ack.reply_is_error, body, sequence_id,
+                ))
+                self.forwarded += 1
+                apply_ack()
+                return
         reply = _Reply(
             topic.message_id_bytes(position, batch_index),
-            # A batch's messages carry consecutive sequence ids from the batch's first.
-            info.sequence_id + max(batch_index, 0),
+            sequence_id,
             ack.reply_is_error,
             body,
             role,
             apply_ack,
         )
-        producer = topic.producers.get(requester)
         if producer is not None and producer.cnx.alive and self._may_receive(producer, role):
-            self._deliver(producer, reply, topic)
+            self._deliver(producer, reply, topic)  # (dropped: no support for replies)
             return
         closed = (topic.name, requester)
         if closed in self._closed and self._closed[closed] == role:
@@ -288,6 +301,11 @@ class ReplyRouter:
         log.debug("dropped reply for %s on %s: %s", requester, topic.name, reason)
         self.service.metrics.reply_dropped(reason)
         reply.apply_ack()
+
+
+def _where(mid: pb.MessageIdData) -> str:
+    """A reply's request as refusals name it: ledger:entry:batch index."""
+    return f"{mid.ledgerId}:{mid.entryId}:{mid.batch_index}"
 
 
 def _index_in_entry(batch_index: int, num_messages: int) -> bool:

@@ -401,11 +401,17 @@ class Consumer:
         ``max_message_size`` raises :class:`~magnetar.client.errors.MessageTooBig` at
         once, without sending anything.
         """
-        if reply is None and type(message) is Message:
+        if type(message) is Message:
             sub = message._consumer  # the hot path: a message received here
             if sub is not None and sub._parent is self and not self._closed:
-                sub.acknowledge_message(message)
-                return None
+                if reply is None:
+                    sub.acknowledge_message(message)
+                    return None
+                if isinstance(sub, TopicConsumer):  # a reply, sent at once when attached
+                    body = reply.encode() if isinstance(reply, str) else bytes(reply)
+                    receipt = sub.reply_to_message(message, body, is_error)
+                    if receipt is not None:
+                        return receipt
         self._check_open()
         sub, message_id, acker = self._sub_for(message)
         if reply is not None:

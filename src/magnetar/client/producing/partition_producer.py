@@ -416,6 +416,8 @@ class PartitionProducer(ReceiptsMixin):
         if not future.done():
             future.set_exception(exc)
         if request is not None and self._requests is not None:
+            if not future.cancelled():
+                future.exception()  # a request's send: its request reports the error
             self._requests.fail(request, exc)
         self._release(1)
 
@@ -448,8 +450,10 @@ class PartitionProducer(ReceiptsMixin):
             if not future.done():
                 future.set_exception(exc)
         if op.requests is not None and self._requests is not None:
-            for request in op.requests:
+            for future, request in zip(op.futures, op.requests, strict=True):
                 if request is not None:
+                    if not future.cancelled():
+                        future.exception()  # its request reports the error
                     self._requests.fail(request, exc)
         self._release(op.num_messages)
 
@@ -466,9 +470,11 @@ class PartitionProducer(ReceiptsMixin):
         for op in pending:
             self._fail_op(op, exc)
         blocked, self._blocked = self._blocked, deque()
-        for _msg, future in blocked:
+        for msg, future in blocked:
             if not future.done():
                 future.set_exception(exc)
+                if msg.request is not None:
+                    future.exception()  # its request reports the error (below)
         if self._send_timer is not None:
             self._send_timer.cancel()
             self._send_timer = None
@@ -483,15 +489,12 @@ class PartitionProducer(ReceiptsMixin):
         request = requests.new(timeout)
         msg.request = request
         sent = self.send_async(msg)
-
-        def on_sent(future: asyncio.Future[MessageId]) -> None:
-            exc = future.exception() if not future.cancelled() else None
-            if exc is not None:
-                requests.fail(request, exc)
-            elif future.cancelled():
-                requests.fail(request, AlreadyClosed("request cancelled"))
-
-        sent.add_done_callback(on_sent)
+        # No callback on the send's future (one per request): every path that fails a
+        # queued request's send fails the request too (_fail_message, _fail_op,
+        # _fail_all) and marks the send's error retrieved; only a send refused at once
+        # (closed, failed, queue full) is settled here.
+        if sent.done():
+            requests.fail(request, sent.exception() or AlreadyClosed("request not sent"))
         return request.future
 
     # ------------------------------------------------------------------ flush / close

@@ -10,6 +10,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from magnetar.client.errors import PulsarError, error_for_code
+from magnetar.client.message import new_id
 from magnetar.client.producing.outgoing import SendOp
 from magnetar.client.request_reply.requests import PendingRequest, PendingRequests
 from magnetar.client.transport.handler import ConnectionHandler
@@ -71,14 +72,14 @@ class ReceiptsMixin(ConnectionHandler):
         if not op.batched and op.requests is None:
             future = futures[0]
             if not future.done():
-                future.set_result(MessageId(ledger, entry, -1, partition))
+                future.set_result(new_id(ledger, entry, -1, partition, 0))
         else:
             batched = op.batched
             for index, future in enumerate(futures):
                 message_id = (
-                    MessageId(ledger, entry, index, partition, n)
+                    new_id(ledger, entry, index, partition, n)
                     if batched
-                    else MessageId(ledger, entry, -1, partition)
+                    else new_id(ledger, entry, -1, partition, 0)
                 )
                 if op.requests is not None and op.requests[index] is not None:
                     assert self._requests is not None

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, overload
 
 from magnetar.client.errors import RequestTimeout
+from magnetar.client.message import new_id
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.pb import pb
 from magnetar.protocol.request_reply import REQUEST_TIMEOUT_PROPERTY
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["REQUEST_TIMEOUT_PROPERTY", "PendingRequests", "ReplyReceipt", "ReplyResult", "Request"]
 
+_I64_MAX = (1 << 63) - 1
 # Replies that arrived before their request's send receipt, kept at most this many.
 _MAX_EARLY = 10_000
 # Ids of requests given up on, so that their late replies are recognized and dropped.
@@ -61,32 +63,58 @@ class ReplyResult:
     is_error: bool
 
 
+_new_object = object.__new__
+_set_request_message_id = vars(ReplyResult)["request_message_id"].__set__
+_set_value = vars(ReplyResult)["value"].__set__
+_set_is_error = vars(ReplyResult)["is_error"].__set__
+
+
+def _result(request_message_id: MessageId, value: bytes, is_error: bool) -> ReplyResult:
+    """``ReplyResult(...)`` without the frozen dataclass's slow ``__init__`` (one per
+    reply)."""
+    result: ReplyResult = _new_object(ReplyResult)
+    _set_request_message_id(result, request_message_id)
+    _set_value(result, value)
+    _set_is_error(result, is_error)
+    return result
+
+
 def _key(message_id: MessageId) -> RequestKey:
     return (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
 
 
 class PendingRequest:
-    """One request in flight: its future, its timer, its sequence id and (once
-    receipted) its message id."""
+    """One request in flight: its future, its deadline (on the loop's clock), its
+    sequence id and (once receipted) its message id."""
 
-    __slots__ = ("done", "future", "key", "sequence_id", "timeout", "timer")
+    __slots__ = ("deadline", "done", "future", "key", "sequence_id", "timeout")
 
-    def __init__(self, future: asyncio.Future[ReplyResult], timeout: float) -> None:
+    def __init__(
+        self, future: asyncio.Future[ReplyResult], timeout: float, deadline: float = 0.0
+    ) -> None:
         self.future = future
         self.timeout = timeout
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = deadline
         self.key: RequestKey | None = None
         self.sequence_id: int | None = None
         self.done = False
 
 
 class PendingRequests:
-    """The requests of one partition producer, waiting for their replies."""
+    """The requests of one partition producer, waiting for their replies.
+
+    Timeouts cost no timer per request: the requests waiting with the same timeout
+    are kept in the order they were made, which is their deadlines' order, and one
+    timer per timeout value, armed for the oldest, fails those past theirs.
+    """
 
     def __init__(self, topic: str, partition: int = -1) -> None:
         self._loop = asyncio.get_running_loop()
         self.topic = topic
         self.partition = partition
+        # timeout -> the requests waiting with it, oldest first; and its timer.
+        self._waiting: dict[float, dict[PendingRequest, None]] = {}
+        self._timers: dict[float, asyncio.TimerHandle] = {}
         self._by_seq: dict[int, PendingRequest] = {}
         self._by_key: dict[RequestKey, PendingRequest] = {}
         self._unsent: set[PendingRequest] = set()  # no send receipt yet
@@ -102,9 +130,14 @@ class PendingRequests:
         return len(self._by_key) + sum(not request.done for request in self._unsent)
 
     def new(self, timeout: float) -> PendingRequest:
-        future: asyncio.Future[ReplyResult] = self._loop.create_future()
-        request = PendingRequest(future, timeout)
-        request.timer = self._loop.call_later(timeout, self._timed_out, request)
+        loop = self._loop
+        request = PendingRequest(loop.create_future(), timeout, loop.time() + timeout)
+        waiting = self._waiting.get(timeout)
+        if waiting is None:
+            waiting = self._waiting[timeout] = {}
+        waiting[request] = None
+        if timeout not in self._timers:
+            self._timers[timeout] = loop.call_at(request.deadline, self._time_out, timeout)
         self._unsent.add(request)
         return request
 
@@ -144,7 +177,7 @@ class PendingRequests:
         else:
             request.key = key
             if early is not None:
-                self._complete(request, ReplyResult(*early))
+                self._complete(request, _result(*early))
             else:
                 self._by_key[key] = request
         if not self._unsent and self._early:
@@ -158,7 +191,7 @@ class PendingRequests:
         key = _key(message_id)
         request = self._by_key.pop(key, None)
         if request is not None:
-            self._complete(request, ReplyResult(message_id, body, receipt.is_error))
+            self._complete(request, _result(message_id, body, receipt.is_error))
             return
         if key in self._expired or not self._unsent:
             self.late_replies += 1  # timed out, already answered, or not ours
@@ -177,15 +210,24 @@ class PendingRequests:
         if receipt.HasField("request_message_id"):
             message_id = self._message_id(receipt)
         elif request.key is not None:
-            message_id = MessageId(request.key[0], request.key[1], request.key[2],
-                                   self.partition)
+            message_id = new_id(request.key[0], request.key[1], request.key[2],
+                                self.partition, 0)
         else:
-            message_id = MessageId(-1, -1, -1, self.partition)
-        self._complete(request, ReplyResult(message_id, body, receipt.is_error))
+            message_id = new_id(-1, -1, -1, self.partition, 0)
+        self._complete(request, _result(message_id, body, receipt.is_error))
 
     def _message_id(self, receipt: pb.CommandRequestReceipt) -> MessageId:
+        """``MessageId.from_pb`` of the request's id, the producer's partition unless it
+        names one, built the fast way (one per reply)."""
         mid = receipt.request_message_id
-        return MessageId.from_pb(mid, None if mid.HasField("partition") else self.partition)
+        ledger, entry = mid.ledgerId, mid.entryId
+        return new_id(
+            ledger - (1 << 64) if ledger > _I64_MAX else ledger,
+            entry - (1 << 64) if entry > _I64_MAX else entry,
+            mid.batch_index,
+            mid.partition if mid.HasField("partition") else self.partition,
+            mid.batch_size if mid.HasField("batch_size") else 0,
+        )
 
     def fail(self, request: PendingRequest, exc: BaseException) -> None:
         """The request failed before its reply (it will have no send receipt either)."""
@@ -198,6 +240,10 @@ class PendingRequests:
         for request in [*self._unsent, *self._by_key.values(), *self._by_seq.values()]:
             self.fail(request, exc)
         self._early.clear()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._waiting.clear()
 
     # ------------------------------------------------------------------ internals
 
@@ -211,24 +257,40 @@ class PendingRequests:
         without its send receipt stays until that receipt (or its failure) tells
         its id, so that a late reply to it is recognized."""
         request.done = True
-        if request.timer is not None:
-            request.timer.cancel()
-            request.timer = None
+        waiting = self._waiting.get(request.timeout)
+        if waiting is not None:
+            waiting.pop(request, None)
         if request.key is not None and self._by_key.get(request.key) is request:
             del self._by_key[request.key]
             self._remember_expired(request.key)
         if request.sequence_id is not None and self._by_seq.get(request.sequence_id) is request:
             del self._by_seq[request.sequence_id]
 
-    def _timed_out(self, request: PendingRequest) -> None:
-        request.timer = None
-        if request.done:
+    def _time_out(self, timeout: float) -> None:
+        """The timer of the requests waiting with ``timeout``: fail those past their
+        deadline (the oldest), and wait for the next one's."""
+        del self._timers[timeout]
+        waiting = self._waiting.get(timeout)
+        if not waiting:
+            self._waiting.pop(timeout, None)
             return
-        self._finish(request)
-        if not request.future.done():
-            request.future.set_exception(RequestTimeout(
-                f"no reply within {request.timeout}s to a request on {self.topic}"
-            ))
+        now = self._loop.time()
+        expired = []
+        for request in waiting:
+            if request.deadline > now:
+                break
+            expired.append(request)
+        for request in expired:
+            self._finish(request)
+            if not request.future.done():
+                request.future.set_exception(RequestTimeout(
+                    f"no reply within {request.timeout}s to a request on {self.topic}"
+                ))
+        if waiting:
+            first = next(iter(waiting)).deadline
+            self._timers[timeout] = self._loop.call_at(first, self._time_out, timeout)
+        else:
+            del self._waiting[timeout]
 
     def _remember_expired(self, key: RequestKey) -> None:
         self._expired[key] = None
@@ -277,7 +339,7 @@ class Request:
     ``clock``, milliseconds since the epoch).
     """
 
-    __slots__ = ("_clock", "_consumer", "message")
+    __slots__ = ("_clock", "_consumer", "_timeout_ms", "_timeout_read", "message")
 
     def __init__(
         self,
@@ -288,6 +350,8 @@ class Request:
         self._consumer = consumer
         self.message = message
         self._clock = clock or time.time
+        self._timeout_read = False  # the timeout property is read once, when first asked
+        self._timeout_ms: int | None = None
 
     @property
     def value(self) -> bytes:
@@ -311,7 +375,10 @@ class Request:
 
     @property
     def timeout_ms(self) -> int | None:
-        return request_timeout_ms(self.message)
+        if not self._timeout_read:
+            self._timeout_ms = request_timeout_ms(self.message)
+            self._timeout_read = True
+        return self._timeout_ms
 
     @property
     def is_request(self) -> bool:

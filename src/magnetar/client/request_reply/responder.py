@@ -7,14 +7,21 @@ later, and a refused reply is logged and counted by the consumer). A handler tha
 raises answers the request with an error reply naming the exception; one that returns
 ``None`` acknowledges the request without a reply. Ordinary messages (no request
 timeout property) go to the handler too and are acknowledged after it.
+
+With ``concurrency`` above 1, each request's handler starts at once in the loop, as
+an eager task would (Python 3.12's ``eager_task_factory``): a handler that answers
+without waiting for anything costs no task, and only one that suspends goes on in a
+task of its own (in the same context), so the loop's cost per request is the
+handler's, not a task's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 from magnetar.client.errors import MessageTooBig
 from magnetar.client.request_reply.requests import Request
@@ -67,6 +74,7 @@ async def serve(
         return
     slots = asyncio.Semaphore(concurrency)
     running: set[asyncio.Task[None]] = set()
+    loop = asyncio.get_running_loop()
 
     def finished(task: asyncio.Task[None]) -> None:
         running.discard(task)
@@ -77,7 +85,21 @@ async def serve(
     try:
         async for request in consumer.requests(skip_expired=skip_expired, clock=clock):
             await slots.acquire()
-            task = asyncio.ensure_future(answer(request, handler))
+            coro = answer(request, handler)
+            context = contextvars.copy_context()
+            try:
+                waits_for = context.run(coro.send, None)  # its first step, here and now
+            except StopIteration:
+                slots.release()  # answered without suspending: no task
+                continue
+            except Exception as exc:
+                slots.release()
+                log.warning("answering a request failed: %s", exc)
+                continue
+            except BaseException:
+                slots.release()
+                raise
+            task = loop.create_task(_go_on(coro, waits_for), context=context)
             running.add(task)
             task.add_done_callback(finished)
         if running:
@@ -85,3 +107,38 @@ async def serve(
     finally:
         for task in running:
             task.cancel()
+
+
+async def _go_on(coro: Coroutine[Any, Any, None], waits_for: Any) -> None:
+    """Run the rest of ``coro``, whose first step ran outside any task and suspended
+    on ``waits_for`` (a future, or ``None`` for a bare yield), as its own task would:
+    wait for that, step it again, and so on until it returns. Cancelling this task
+    cancels what the coroutine waits for, which it then sees, as in a task."""
+    while True:
+        if waits_for is None:
+            await asyncio.sleep(0)
+        elif asyncio.isfuture(waits_for):
+            waits_for._asyncio_future_blocking = False
+            try:
+                await waits_for
+            except asyncio.CancelledError:
+                if not waits_for.cancelled():
+                    # This task was cancelled after what it waited for was done: the
+                    # coroutine gets the cancellation where it stands.
+                    try:
+                        waits_for = coro.throw(asyncio.CancelledError())
+                    except StopIteration:
+                        return
+                    continue
+                # (Else the future was cancelled, by this task's cancel or another's:
+                # the coroutine sees it as it goes on.)
+            except Exception:
+                pass  # the coroutine reads the future's error as it goes on
+        else:
+            waits_for = coro.throw(RuntimeError(
+                f"a handler awaited {waits_for!r}, which is not an asyncio future"))
+            continue
+        try:
+            waits_for = coro.send(None)
+        except StopIteration:
+            return

@@ -85,6 +85,10 @@ _RESPONSES: dict[int, str] = {
 }
 
 
+# Called once with the response to a request (and None), or None and what failed it.
+AnswerCallback = Callable[[BaseCommand | None, BaseException | None], None]
+
+
 class _Pending:
     __slots__ = ("future", "on_waiting", "timer")
 
@@ -130,6 +134,11 @@ class Connection(asyncio.Protocol):
         self._wbuf: list[bytes] = []
         self._flush_scheduled = False
         self._pending: dict[int, _Pending] = {}
+        # Requests answered through a callback (send_for_answer): the callback and its
+        # deadline. One timeout for all of them, so the dict's order is their deadlines'
+        # and one timer, armed for the oldest, serves them all.
+        self._answers: dict[int, tuple[AnswerCallback, float]] = {}
+        self._answers_timer: asyncio.TimerHandle | None = None
         self._producers: dict[int, ProducerListener] = {}
         self._consumers: dict[int, ConsumerListener] = {}
         self._handshake: asyncio.Future[None] = self._loop.create_future()
@@ -299,6 +308,41 @@ class Connection(asyncio.Protocol):
             self.write(encode_command_with_body(cmd, body))
         return future
 
+    def send_for_answer(self, frame: bytes, request_id: int, on_answer: AnswerCallback) -> None:
+        """Write ``frame`` (a whole frame carrying ``request_id``) and have ``on_answer``
+        called with the response to it, from the read path, or with what failed it: an
+        ERROR, no answer within the operation timeout, the connection's end. For
+        pipelined requests on a hot path (a PIP-371 reply's ACK): no future and no
+        timer per request, as :meth:`send_request` has."""
+        if self.closed:
+            raise self.close_reason or ConnectError("connection is closed")
+        deadline = self._loop.time() + self.operation_timeout
+        self._answers[request_id] = (on_answer, deadline)
+        if self._answers_timer is None:
+            self._answers_timer = self._loop.call_at(deadline, self._answers_timed_out)
+        self.write(frame)
+
+    def _answers_timed_out(self) -> None:
+        """The oldest callback request's deadline: fail those past theirs (the first in
+        the dict), and wait for the next one's."""
+        self._answers_timer = None
+        now = self._loop.time()
+        answers = self._answers
+        expired = []
+        for request_id, (_, deadline) in answers.items():
+            if deadline > now:
+                break
+            expired.append(request_id)
+        for request_id in expired:
+            on_answer, _ = answers.pop(request_id)
+            on_answer(None, TimeoutError(
+                f"request {request_id} got no answer from {self.host}:{self.port} within "
+                f"{self.operation_timeout}s"
+            ))
+        if answers and not self.closed:
+            first = answers[next(iter(answers))][1]
+            self._answers_timer = self._loop.call_at(first, self._answers_timed_out)
+
     def _request_timed_out(self, request_id: int, kind: int) -> None:
         pending = self._pending.pop(request_id, None)
         if pending is not None and not pending.future.done():
@@ -373,11 +417,18 @@ class Connection(asyncio.Protocol):
                 pending.timer.cancel()
             if not pending.future.done():
                 pending.future.set_exception(exc)
+            return
+        answer = self._answers.pop(err.request_id, None)
+        if answer is not None:
+            answer[0](None, exc)
 
     def _handle_response(self, command: BaseCommand, body: bytes) -> None:
         response = getattr(command, _RESPONSES[command.type])
         pending = self._pending.get(response.request_id)
         if pending is None:
+            answer = self._answers.pop(response.request_id, None)
+            if answer is not None:
+                answer[0](command, None)
             return
         if command.type == T.PRODUCER_SUCCESS and not response.producer_ready:
             if pending.timer is not None:
@@ -514,6 +565,15 @@ class Connection(asyncio.Protocol):
                 entry.timer.cancel()
             if not entry.future.done():
                 entry.future.set_exception(reason)
+        if self._answers_timer is not None:
+            self._answers_timer.cancel()
+            self._answers_timer = None
+        answers, self._answers = self._answers, {}
+        for on_answer, _ in answers.values():
+            try:
+                on_answer(None, reason)
+            except Exception:  # one failing callback must not stop the teardown
+                log.exception("an answer callback failed as %r closed", self)
         producers, self._producers = self._producers, {}
         consumers, self._consumers = self._consumers, {}
         for producer in producers.values():

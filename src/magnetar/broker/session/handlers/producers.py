@@ -199,13 +199,16 @@ def handle_send(cnx: Session, command: BaseCommand, frame: Frame) -> None:
         if request_timeout is not None or stamped_role is not None:
             if request_timeout is not None and _answer_resent_request(cnx, send, topic, producer):
                 return
-            body = _stamp_requester(cnx, section, metadata)
-            too_large = oversize_refusal(
-                len(body), info.num_messages, cnx.config.max_message_size
-            )
-            if too_large is not None:  # the role stamped on it took it over
-                send_error(cnx, send, pb.NotAllowedError, too_large)
-                return
+            if stamped_role is not None or cnx.config.authentication_enabled:
+                # (Else there is nothing to stamp or strip: the entry is stored as sent,
+                # not serialized and checksummed again.)
+                body = _stamp_requester(cnx, section, metadata)
+                too_large = oversize_refusal(
+                    len(body), info.num_messages, cnx.config.max_message_size
+                )
+                if too_large is not None:  # the role stamped on it took it over
+                    send_error(cnx, send, pb.NotAllowedError, too_large)
+                    return
     dedup_highest = None
     if topic.dedup.enabled and is_tracked(metadata):
         send_highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else -1
