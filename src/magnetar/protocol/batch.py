@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from google.protobuf.message import DecodeError
 
+from magnetar.protocol.batch_shape import uniform_batch
 from magnetar.protocol.errors import MalformedFrame
 from magnetar.protocol.pb import pb
 
@@ -75,12 +76,18 @@ def check_batch(payload: bytes | memoryview, count: int) -> None:
     """Raise :class:`MalformedFrame` unless ``payload`` is exactly ``count`` batched
     messages: the broker's check of a SEND's ``num_messages_in_batch`` (a consumer
     splits the entry by that count). The walk of :func:`split_batch`, stricter and
-    keeping nothing: about half a microsecond a message."""
+    keeping nothing (about 0.2 us a message); a batch whose messages all have one
+    shape is proven a byte column at a time instead (batch_shape.py), which refuses
+    nothing the walk would take."""
     if count * MIN_BATCHED_MESSAGE_SIZE > len(payload):
         raise MalformedFrame(
             f"a batch of {count} messages needs at least {count * MIN_BATCHED_MESSAGE_SIZE} "
             f"bytes; the payload has {len(payload)}"
         )
+    if type(payload) is not bytes:
+        payload = bytes(payload)
+    if uniform_batch(payload, count):
+        return
     end = _walk(payload, count)
     if end != len(payload):
         raise MalformedFrame(
