@@ -33,9 +33,9 @@ def walk_accepts(payload: bytes, count: int) -> bool:
         return False
 
 
-def check_accepts(payload: bytes, count: int) -> bool:
+def check_accepts(payload: bytes | memoryview, count: int, start: int = 0) -> bool:
     try:
-        check_batch(payload, count)
+        check_batch(payload, count, start)
     except MalformedFrame:
         return False
     return True
@@ -127,3 +127,18 @@ def test_a_middle_message_that_does_not_parse_is_refused() -> None:
     base[middle + 4 + md_size - 1] |= 0x80  # its sequence_id varint now runs on
     assert not walk_accepts(bytes(base), 40)
     assert not check_accepts(bytes(base), 40)
+
+
+def test_a_batch_inside_its_entry_or_a_view_gets_the_same_verdicts() -> None:
+    payload = official_batch(50)
+    entry = b"head" + payload
+    view = memoryview(entry)[4:]
+    assert uniform_batch(view, 50) and uniform_batch(entry, 50, 4)
+    for data, start in ((view, 0), (entry, 4)):
+        assert check_accepts(data, 50, start)
+        assert not check_accepts(data, 49, start)
+    broken = bytearray(entry)
+    broken[4 + 3] = 0xFF  # the first message's metadata size
+    assert not check_accepts(memoryview(bytes(broken))[4:], 50)
+    assert not check_accepts(bytes(broken), 50, 4)
+    assert not check_accepts(entry, 50, 3)  # a start off by one

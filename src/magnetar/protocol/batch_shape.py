@@ -47,16 +47,18 @@ MIN_MESSAGES = 8
 MAX_COLUMNS = 64
 
 
-def uniform_batch(payload: bytes, count: int) -> bool:
-    """True if ``payload`` is ``count`` batched messages of one shape, each of whose
-    metadata parses with the same ``payload_size``; False if it is not, or not provably
-    (the caller then walks it)."""
-    if count < MIN_MESSAGES or len(payload) < 4:
+def uniform_batch(payload: bytes | memoryview, count: int, start: int = 0) -> bool:
+    """True if ``payload[start:]`` is ``count`` batched messages of one shape, each of
+    whose metadata parses with the same ``payload_size``; False if it is not, or not
+    provably (the caller then walks it). Fastest on bytes: a column of a view is
+    copied an element at a time."""
+    length = len(payload) - start
+    if count < MIN_MESSAGES or length < 4:
         return False
-    (size,) = _unpack_u32(payload, 0)
-    if 4 + size > MAX_COLUMNS or 4 + size > len(payload):
+    (size,) = _unpack_u32(payload, start)
+    if 4 + size > MAX_COLUMNS or 4 + size > length:
         return False
-    metadata = payload[4 : 4 + size]
+    metadata = bytes(payload[start + 4 : start + 4 + size])
     try:
         first = _parse_single(metadata)
     except DecodeError:
@@ -64,19 +66,19 @@ def uniform_batch(payload: bytes, count: int) -> bool:
     if not first.HasField("payload_size") or first.payload_size < 0:
         return False
     stride = 4 + size + first.payload_size
-    if stride * count != len(payload):
+    if stride * count != length:
         return False
     kinds = metadata_kinds(metadata)
     if kinds is None:
         return False
-    head = payload[:4]
+    head = bytes(payload[start : start + 4])
     for column in range(4 + size):
         kind = kinds[column - 4] if column >= 4 else SAME
         if kind == FREE:
             continue
-        # payload[column::stride] holds this byte of each message: count bytes, as the
-        # payload is exactly count strides long.
-        cells = payload[column::stride]
+        # This byte of each message: count bytes, as the batch is exactly count strides
+        # long (bytes() of bytes is no copy).
+        cells = bytes(payload[start + column :: stride])
         if kind == SAME:
             byte = head[column : column + 1] if column < 4 else metadata[column - 4 : column - 3]
             if cells.count(byte) != count:
