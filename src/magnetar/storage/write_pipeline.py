@@ -132,8 +132,10 @@ class WritePipeline:
         self._cache.put(entry_id, data)
         if not self._write_scheduled:
             # Everything appended during this loop iteration goes out in one writev.
-            loop = asyncio.get_running_loop()
-            self._loop = loop
+            loop = self._loop
+            if loop is None or not loop.is_running():
+                # (Python 3.11's get_running_loop costs a getpid system call.)
+                loop = self._loop = asyncio.get_running_loop()
             self._write_scheduled = True
             self._batch_marks.append((entry_id, time.monotonic()))
             self._sync_load.writes_due += 1
