@@ -106,3 +106,24 @@ def test_a_real_stall_shows_on_the_metrics_page() -> None:
     assert float(values["magnetar_event_loop_lag_seconds_max"]) >= 0.07
     assert float(values['magnetar_event_loop_stalls_total{over="0.05"}']) >= 1
     assert float(values["magnetar_event_loop_lag_seconds_count"]) >= 1
+
+
+def test_on_a_real_loop_it_wakes_on_timers_and_stops_when_cancelled() -> None:
+    beats: list[float] = []
+
+    async def main() -> int:
+        probe = LoopLagProbe(0.005)
+        probe.on_wake = lambda: beats.append(time.monotonic())
+        task = asyncio.get_running_loop().create_task(probe.run())
+        while probe.samples < 3:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stopped_at = probe.samples
+        await asyncio.sleep(0.05)
+        assert probe.samples == stopped_at  # no timer left behind
+        return stopped_at
+
+    assert asyncio.run(main()) >= 3
+    assert len(beats) >= 3

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from google.protobuf.message import DecodeError
 
+from magnetar.protocol.batch_shape import uniform_batch
 from magnetar.protocol.errors import MalformedFrame
 from magnetar.protocol.pb import pb
 
@@ -71,17 +72,23 @@ def next_batched(buf: bytes | memoryview, pos: int) -> tuple[pb.SingleMessageMet
     return single, pos, end
 
 
-def check_batch(payload: bytes | memoryview, count: int) -> None:
-    """Raise :class:`MalformedFrame` unless ``payload`` is exactly ``count`` batched
-    messages: the broker's check of a SEND's ``num_messages_in_batch`` (a consumer
-    splits the entry by that count). The walk of :func:`split_batch`, stricter and
-    keeping nothing: about half a microsecond a message."""
-    if count * MIN_BATCHED_MESSAGE_SIZE > len(payload):
+def check_batch(payload: bytes | memoryview, count: int, start: int = 0) -> None:
+    """Raise :class:`MalformedFrame` unless ``payload[start:]`` is exactly ``count``
+    batched messages: the broker's check of a SEND's ``num_messages_in_batch`` (a
+    consumer splits the entry by that count). The walk of :func:`split_batch`, stricter
+    and keeping nothing (about 0.2 us a message); a batch whose messages all have one
+    shape is proven a byte column at a time instead (batch_shape.py), which refuses
+    nothing the walk would take. ``start`` lets a caller pass the whole entry, whose
+    bytes are sliced faster than a view of its payload."""
+    size = len(payload) - start
+    if count * MIN_BATCHED_MESSAGE_SIZE > size:
         raise MalformedFrame(
             f"a batch of {count} messages needs at least {count * MIN_BATCHED_MESSAGE_SIZE} "
-            f"bytes; the payload has {len(payload)}"
+            f"bytes; the payload has {size}"
         )
-    end = _walk(payload, count)
+    if uniform_batch(payload, count, start):
+        return
+    end = _walk(payload, count, start)
     if end != len(payload):
         raise MalformedFrame(
             f"the payload holds more than its {count} batched messages "
@@ -89,16 +96,16 @@ def check_batch(payload: bytes | memoryview, count: int) -> None:
         )
 
 
-def _walk(payload: bytes | memoryview, count: int) -> int:
-    """Walk ``count`` batched messages (one metadata object reused, nothing kept); the
-    offset where the last one ends."""
+def _walk(payload: bytes | memoryview, count: int, start: int = 0) -> int:
+    """Walk ``count`` batched messages from ``start`` (one metadata object reused,
+    nothing kept); the offset where the last one ends."""
     # The broker's loop over every batched message it receives: names bound locally,
     # each metadata sliced from bytes (a memoryview slice costs more than the copy of
     # its few bytes): 0.19 against 0.30 us a message through a memoryview.
     if type(payload) is not bytes:
         payload = bytes(payload)
     end = len(payload)
-    pos = 0
+    pos = start
     single = pb.SingleMessageMetadata()
     parse = single.ParseFromString
     has = single.HasField

@@ -60,6 +60,22 @@ def encode_message_frame(
     partly acked batch going out again) the int64 words of the batch's messages still
     unacked, written unpacked as proto2 does.
     """
+    return encode_message_head(
+        consumer_id, message_id, redelivery_count, len(entry), consumer_epoch, ack_set
+    ) + entry
+
+
+def encode_message_head(
+    consumer_id: int,
+    message_id: bytes,
+    redelivery_count: int,
+    entry_size: int,
+    consumer_epoch: int | None = None,
+    ack_set: list[int] | None = None,
+) -> bytes:
+    """:func:`encode_message_frame` up to the entry: the frame's sizes and its MESSAGE
+    command, for a writer that sends the stored entry's own bytes after it (no copy of
+    the entry per consumer)."""
     inner = b"\x08" + varint(consumer_id) + b"\x12" + varint(len(message_id)) + message_id
     if redelivery_count:
         inner += b"\x18" + varint(redelivery_count)
@@ -68,7 +84,7 @@ def encode_message_frame(
     if consumer_epoch is not None:
         inner += b"\x28" + varint(consumer_epoch)
     cmd = _TYPE_MESSAGE + bytes((_FIELD_MESSAGE,)) + varint(len(inner)) + inner
-    return _TWO_U32.pack(len(cmd) + 4 + len(entry), len(cmd)) + cmd + entry
+    return _TWO_U32.pack(len(cmd) + 4 + entry_size, len(cmd)) + cmd
 
 
 def encode_request_receipt(

@@ -143,16 +143,34 @@ class FrameDecoder:
 
     def _cut(self, data: bytes, frames: list[Frame]) -> None:
         buf = self._buf
+        if not buf and type(data) is bytes:
+            # Nothing held: frames are sliced from ``data`` itself (one copy of each
+            # body, not three), and only a partial frame at its end is buffered.
+            pos = self._frames_in(data, frames)
+            if pos < len(data):
+                buf += memoryview(data)[pos:]
+            return
         buf += data
         pos = 0
-        end = len(buf)
+        try:
+            pos = self._frames_in(buf, frames)
+        finally:
+            if pos:
+                del buf[:pos]
+
+    def _frames_in(self, src: bytes | bytearray, frames: list[Frame]) -> int:
+        """Append the whole frames at the start of ``src``; the offset after them."""
+        pos = 0
+        end = len(src)
+        limit = self.max_frame_size
+        view: memoryview | None = None
         try:
             while end - pos >= 4:
-                (total,) = _U32.unpack_from(buf, pos)
-                if total > self.max_frame_size:
+                (total,) = _U32.unpack_from(src, pos)
+                if total > limit:
                     raise FrameTooLarge(
                         f"frame declares {total} bytes, over the limit of "
-                        f"{self.max_frame_size} bytes"
+                        f"{limit} bytes"
                     )
                 if total < 4:
                     raise MalformedFrame(
@@ -160,7 +178,7 @@ class FrameDecoder:
                     )
                 if end - pos - 4 < total:
                     break
-                (cmd_size,) = _U32.unpack_from(buf, pos + 4)
+                (cmd_size,) = _U32.unpack_from(src, pos + 4)
                 if cmd_size > total - 4 or cmd_size == 0:
                     raise MalformedFrame(
                         f"command size {cmd_size} does not fit in a frame of {total} bytes"
@@ -168,16 +186,23 @@ class FrameDecoder:
                 cmd_start = pos + 8
                 body_start = cmd_start + cmd_size
                 frame_end = pos + 4 + total
-                raw = bytes(buf[cmd_start:body_start])
-                body = bytes(buf[body_start:frame_end]) if frame_end > body_start else b""
+                if type(src) is bytes:
+                    raw = src[cmd_start:body_start]
+                    body = src[body_start:frame_end] if frame_end > body_start else b""
+                else:  # a bytearray: one copy through a view, not a bytearray and a bytes
+                    if view is None:
+                        view = memoryview(src)
+                    raw = view[cmd_start:body_start].tobytes()
+                    body = view[body_start:frame_end].tobytes() if frame_end > body_start else b""
                 try:
                     frames.append(Frame(parse_command(raw), body))
                 except UnknownCommand as exc:
                     frames.append(Frame(BaseCommand(), b"", exc.command_type))
                 pos = frame_end
         finally:
-            if pos:
-                del buf[:pos]
+            if view is not None:
+                view.release()  # before the caller resizes the buffer
+        return pos
 
 
 def parse_command(data: bytes) -> BaseCommand:
@@ -217,6 +242,16 @@ def _raw_type(data: bytes) -> int | None:
 
 def parse_payload(body: bytes | memoryview, verify_checksum: bool = True) -> PayloadSection:
     """Split a SEND/MESSAGE body into metadata and payload, checking the CRC32C."""
+    metadata, payload, has_checksum = view_payload(body, verify_checksum)
+    return PayloadSection(metadata, bytes(payload), has_checksum)
+
+
+def view_payload(
+    body: bytes | memoryview, verify_checksum: bool = True
+) -> tuple[bytes, memoryview, bool]:
+    """:func:`parse_payload`'s cut without a copy of the payload: the metadata bytes,
+    a view of the payload in ``body`` (it runs to the end of ``body``), and whether a
+    CRC32C was there (and held)."""
     view = memoryview(body)
     pos = 0
     if len(view) >= 2 and view[0] == 0x0E and view[1] == 0x02:
@@ -238,21 +273,20 @@ def parse_payload(body: bytes | memoryview, verify_checksum: bool = True) -> Pay
     pos += 4
     if md_size > len(view) - pos:
         raise MalformedFrame(f"metadata size {md_size} runs past the end of the frame")
-    return PayloadSection(
-        bytes(view[pos : pos + md_size]), bytes(view[pos + md_size :]), has_checksum
-    )
+    return bytes(view[pos : pos + md_size]), view[pos + md_size :], has_checksum
 
 
-def parse_metadata(section: PayloadSection) -> pb.MessageMetadata:
+def parse_metadata(section: PayloadSection | bytes) -> pb.MessageMetadata:
+    """The MessageMetadata of a payload section (or its metadata bytes)."""
     metadata = pb.MessageMetadata()
     try:
-        metadata.MergeFromString(section.metadata)
+        metadata.MergeFromString(section if isinstance(section, bytes) else section.metadata)
     except DecodeError as exc:
         raise MalformedFrame(f"message metadata does not parse: {exc}") from None
     return metadata
 
 
-def build_entry(metadata: bytes, payload: bytes) -> bytes:
+def build_entry(metadata: bytes, payload: bytes | memoryview) -> bytes:
     """The checksummed payload section: magic, CRC32C, metadata size, metadata, payload."""
     tail = _U32.pack(len(metadata)) + metadata + payload
     return _MAGIC_CRC.pack(MAGIC_CRC32C, crc32c(tail)) + tail

@@ -48,6 +48,7 @@ from typing import Any
 from magnetar.storage.cache import EntryCache
 from magnetar.storage.errors import LedgerClosed, LedgerFailed, StorageError
 from magnetar.storage.fsutil import preallocate, pwritev_all
+from magnetar.storage.job_threads import DISK_JOBS
 from magnetar.storage.ledger_config import LedgerConfig, LedgerStats
 from magnetar.storage.record import HEADER, HEADER_SIZE, MAX_DATA_SIZE, crc32c
 from magnetar.storage.segment import Segment, segment_path
@@ -132,8 +133,10 @@ class WritePipeline:
         self._cache.put(entry_id, data)
         if not self._write_scheduled:
             # Everything appended during this loop iteration goes out in one writev.
-            loop = asyncio.get_running_loop()
-            self._loop = loop
+            loop = self._loop
+            if loop is None or not loop.is_running():
+                # (Python 3.11's get_running_loop costs a getpid system call.)
+                loop = self._loop = asyncio.get_running_loop()
             self._write_scheduled = True
             self._batch_marks.append((entry_id, time.monotonic()))
             self._sync_load.writes_due += 1
@@ -303,9 +306,7 @@ class WritePipeline:
         if self._roll_needed:
             old = self._segments.active
             path = segment_path(self._ledger_dir, old.end_entry_id)
-            job = self._loop.run_in_executor(
-                self._executor, self._jobs.roll, old, path
-            )
+            job = self._run_job(self._jobs.roll, old, path)
             job.add_done_callback(functools.partial(self._on_roll_done, written, path))
         elif written > self.synced_id and (self._always or self._interval_due or self._waiters):
             self._interval_due = False
@@ -319,13 +320,21 @@ class WritePipeline:
                 self._sync_inline(written)
                 return
             active = self._segments.active
-            job = self._loop.run_in_executor(self._executor, self._jobs.sync, active.fd)
+            job = self._run_job(self._jobs.sync, active.fd)
             job.add_done_callback(functools.partial(
                 self._on_sync_done, written, (active.first_entry_id, active.size)))
         else:
             return
         self._job = job
         self._sync_load.job_started(job)
+
+    def _run_job(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """``fn(*args)`` on a worker thread: the given executor's, or the process's
+        disk-job threads (job_threads.py: a third of run_in_executor's CPU per job)."""
+        assert self._loop is not None
+        if self._executor is None:
+            return DISK_JOBS.run(self._loop, fn, *args)
+        return self._loop.run_in_executor(self._executor, fn, *args)
 
     def _sync_inline(self, target: int) -> None:
         active = self._segments.active

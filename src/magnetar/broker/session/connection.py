@@ -66,6 +66,7 @@ _connection_ids = itertools.count(1)
 # rest of the frames are handled from the next one (checked every _FRAMES_PER_CLOCK).
 TURN_BUDGET_SECONDS = 0.01
 _FRAMES_PER_CLOCK = 32
+_WRITEV_MAX_PARTS = 256  # under the kernel's IOV_MAX (1024): a longer writev writes part
 
 
 Handler = Callable[["ServerCnx", BaseCommand, Frame], None]
@@ -518,7 +519,14 @@ class ServerCnx(Handshake, Keepalive, ClientNotices, asyncio.Protocol):
             return
         self._out = []
         transport = self.transport
-        transport.write(b"".join(out) if len(out) > 1 else out[0])
+        if len(out) == 1:
+            transport.write(out[0])
+        elif len(out) <= _WRITEV_MAX_PARTS:
+            # uvloop hands the parts to one writev as they are: no join, which copied
+            # every large entry dispatched (asyncio's own transport joins them itself).
+            transport.writelines(out)
+        else:  # many small frames: one buffer, rather than a writev the kernel cuts short
+            transport.write(b"".join(out))
         buffered = transport.get_write_buffer_size()
         if buffered > self.peak_write_buffer:
             self.peak_write_buffer = buffered

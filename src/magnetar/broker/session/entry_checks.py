@@ -45,10 +45,13 @@ def oversize_refusal(entry_size: int, num_messages: int, max_message_size: int) 
     )
 
 
-def batch_refusal(metadata: pb.MessageMetadata, payload: bytes, max_batch: int) -> str | None:
+def batch_refusal(
+    metadata: pb.MessageMetadata, payload: bytes | memoryview, max_batch: int, start: int = 0
+) -> str | None:
     """Why the count of messages an entry declares cannot be trusted, or None.
 
-    ``payload`` is the entry's payload as sent (compressed or encrypted, maybe)."""
+    ``payload[start:]`` is the entry's payload as sent (compressed or encrypted, maybe):
+    ``payload`` may be the whole entry, which the walk slices faster than a view."""
     if not metadata.HasField("num_messages_in_batch"):
         return None  # one message
     n = metadata.num_messages_in_batch
@@ -60,7 +63,9 @@ def batch_refusal(metadata: pb.MessageMetadata, payload: bytes, max_batch: int) 
     if is_foreign(metadata):
         return None
     if metadata.compression != _NONE or metadata.encryption_keys:
-        size = metadata.uncompressed_size if metadata.compression != _NONE else len(payload)
+        size = (
+            metadata.uncompressed_size if metadata.compression != _NONE else len(payload) - start
+        )
         if n * MIN_BATCHED_MESSAGE_SIZE > size:
             return (
                 f"num_messages_in_batch {n} does not fit in the batch's {size} uncompressed "
@@ -68,7 +73,7 @@ def batch_refusal(metadata: pb.MessageMetadata, payload: bytes, max_batch: int) 
             )
         return None
     try:
-        check_batch(payload, n)
+        check_batch(payload, n, start)
     except MalformedFrame as exc:
         return f"num_messages_in_batch {n} does not match the payload: {exc}"
     return None

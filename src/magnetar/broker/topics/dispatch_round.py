@@ -88,7 +88,7 @@ def _replay(
         # worker thread, not one pread at a time on the loop (100k due at once).
         if ledger.is_cold(entry_id) and _wait_for_read_ahead(sub, entry_id, byte_budget):
             return False, budget, byte_budget
-        info = topic.entry_info(entry_id)
+        info, entry = topic.info_and_entry(entry_id)
         if uses_keys and info.key_hash in blocked_keys:
             continue
         consumer = dispatcher.pick(info.key_hash)
@@ -100,7 +100,7 @@ def _replay(
                 continue
             break
         sub.replay.discard(entry_id)
-        byte_budget -= send(sub, consumer, entry_id, info)
+        byte_budget -= send(sub, consumer, entry_id, info, entry)
         budget -= 1
         if budget <= 0 or byte_budget <= 0:
             return True, budget, byte_budget
@@ -137,7 +137,7 @@ def _read_new(
         if ledger.is_cold(position) and _wait_for_read_ahead(sub, position, byte_budget):
             sub.read_position = position
             return False
-        info = topic.entry_info(position)
+        info, entry = topic.info_and_entry(position)
         if honours_delay and info.deliver_at and info.deliver_at > now_ms:
             if not sub.delayed.add(position, info.deliver_at):
                 sub.delayed.overflowed(position)
@@ -158,7 +158,7 @@ def _read_new(
                 position += 1
                 continue
             break
-        byte_budget -= send(sub, consumer, position, info)
+        byte_budget -= send(sub, consumer, position, info, entry)
         position += 1
         budget -= 1
         if budget <= 0 or byte_budget <= 0:
@@ -222,12 +222,15 @@ def rescan_overflow(sub: Subscription, now_ms: int) -> None:
     tracker.overflow_from = position if position < sub.read_position else None
 
 
-def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo) -> int:
-    """Send one entry to ``consumer``; returns its size in bytes."""
+def send(sub: Subscription, consumer: Consumer, entry_id: int, info: EntryInfo,
+         entry: bytes | None = None) -> int:
+    """Send one entry to ``consumer`` (``entry``: its bytes, if the round read them
+    already); returns its size in bytes."""
     topic = sub.topic
     num_messages = info.num_messages
     try:
-        entry = topic.ledger.read(entry_id)
+        if entry is None:
+            entry = topic.ledger.read(entry_id)
     except Exception:
         # Not sent: it must go out on a later round, not stay owned by nobody.
         sub.replay.add(entry_id)

@@ -191,6 +191,17 @@ class Topic:
             return info
         return _as_info(EntryInfo, fields)
 
+    def info_and_entry(self, entry_id: int) -> tuple[EntryInfo, bytes | None]:
+        """:meth:`entry_info`, and the entry if it was read for it (None when its info
+        was at hand), so that a dispatch that sends it does not read it twice."""
+        fields = self._info.get(entry_id)
+        if fields is None:
+            entry = self.ledger.read(entry_id)
+            info = info_from_entry(entry)
+            self._remember(entry_id, info)
+            return info, entry
+        return _as_info(EntryInfo, fields), None
+
     def cached_entry_info(self, entry_id: int) -> EntryInfo | None:
         """What :meth:`entry_info` gives, if it is at hand without reading the ledger."""
         fields = self._info.get(entry_id)

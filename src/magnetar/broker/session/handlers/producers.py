@@ -18,7 +18,7 @@ from magnetar.broker.topics.entry_info import EntryInfo, info_from_metadata
 from magnetar.broker.topics.producer import SHARED, Producer
 from magnetar.protocol.errors import ChecksumMismatch, ProtocolError
 from magnetar.protocol.fastpath import encode_send_receipt, message_id_bytes
-from magnetar.protocol.frames import PayloadSection, build_entry, parse_metadata, parse_payload
+from magnetar.protocol.frames import build_entry, parse_metadata, view_payload
 from magnetar.protocol.pb import BaseCommand, pb
 from magnetar.protocol.request_reply import REQUEST_ROLE_PROPERTY, request_properties
 
@@ -187,7 +187,7 @@ def handle_send(cnx: Session, command: BaseCommand, frame: Frame) -> None:
     entry = _checked_entry(cnx, send, body)
     if entry is None:
         return
-    section, metadata, info = entry
+    payload, metadata, info = entry
     topic = _topic_to_store(cnx, send, producer)
     if topic is None:
         return
@@ -202,7 +202,7 @@ def handle_send(cnx: Session, command: BaseCommand, frame: Frame) -> None:
             if stamped_role is not None or cnx.config.authentication_enabled:
                 # (Else there is nothing to stamp or strip: the entry is stored as sent,
                 # not serialized and checksummed again.)
-                body = _stamp_requester(cnx, section, metadata)
+                body = _stamp_requester(cnx, payload, metadata)
                 too_large = oversize_refusal(
                     len(body), info.num_messages, cnx.config.max_message_size
                 )
@@ -274,12 +274,13 @@ def _sending_producer(cnx: Session, send: pb.CommandSend) -> Producer | None:
 
 def _checked_entry(
     cnx: Session, send: pb.CommandSend, body: bytes | memoryview
-) -> tuple[PayloadSection, pb.MessageMetadata, EntryInfo] | None:
+) -> tuple[memoryview, pb.MessageMetadata, EntryInfo] | None:
     """A SEND's entry, parsed, if the broker may store it (entry_checks.py); else None,
-    the SEND refused."""
+    the SEND refused. Its payload is a view into ``body``: never copied, as only
+    checks read it."""
     try:
-        section = parse_payload(body)
-        metadata = parse_metadata(section)
+        raw_metadata, payload, _ = view_payload(body)
+        metadata = parse_metadata(raw_metadata)
     except ChecksumMismatch as exc:
         send_error(cnx, send, pb.ChecksumError, str(exc))
         return None
@@ -290,23 +291,26 @@ def _checked_entry(
     # frame's padding (chunks of a large message are exactly max size each), as long
     # as the MESSAGE frame a consumer gets stays within its frame limit.
     max_size = cnx.config.max_message_size
-    if len(section.payload) > max_size:
+    if len(payload) > max_size:
         send_error(
             cnx,
             send,
             pb.NotAllowedError,
-            f"message of {len(section.payload)} bytes exceeds the maximum message size "
+            f"message of {len(payload)} bytes exceeds the maximum message size "
             f"of {max_size} bytes",
         )
         return None
-    refusal = batch_refusal(metadata, section.payload, cnx.config.max_messages_per_batch)
+    # The payload runs to the end of the entry: the check reads it from the entry's bytes.
+    refusal = batch_refusal(
+        metadata, body, cnx.config.max_messages_per_batch, len(body) - len(payload)
+    )
     info = info_from_metadata(metadata)
     if refusal is None:
         refusal = oversize_refusal(len(body), info.num_messages, max_size)
     if refusal is not None:
         send_error(cnx, send, pb.NotAllowedError, refusal)
         return None
-    return section, metadata, info
+    return payload, metadata, info
 
 
 def _topic_to_store(cnx: Session, send: pb.CommandSend, producer: Producer) -> Topic | None:
@@ -352,7 +356,7 @@ def _answer_resent_request(
 
 
 def _stamp_requester(
-    cnx: Session, section: PayloadSection, metadata: pb.MessageMetadata
+    cnx: Session, payload: memoryview, metadata: pb.MessageMetadata
 ) -> bytes:
     """The entry to store for a request: with authentication on, stamped with the role
     that publishes it (a reply goes only to that role's producer); a producer's own
@@ -363,7 +367,7 @@ def _stamp_requester(
     role = cnx.role if cnx.config.authentication_enabled else None
     if role is not None:
         metadata.properties.add(key=REQUEST_ROLE_PROPERTY, value=role)
-    return build_entry(metadata.SerializeToString(), section.payload)
+    return build_entry(metadata.SerializeToString(), payload)
 
 
 _DUPLICATE_ID = message_id_bytes(-1, -1, -1)
