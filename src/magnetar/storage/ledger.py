@@ -36,6 +36,7 @@ from magnetar.storage.errors import EntryNotFound, LedgerClosed, LedgerFailed, S
 from magnetar.storage.fsutil import fdatasync
 from magnetar.storage.ledger_config import SYNC_POLICIES, LedgerConfig, LedgerStats
 from magnetar.storage.log_snapshot import LogSnapshot
+from magnetar.storage.owed_syncs import OwedSyncs
 from magnetar.storage.read_ahead import ReadAhead
 from magnetar.storage.recovery import recover_segments
 from magnetar.storage.segment import Segment
@@ -113,15 +114,20 @@ class ManagedLedger:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         lock_fd = _lock_directory(directory)
+        # A new ledger's directory entries become durable with its first sync (or
+        # cursor, or ``make_durable``): see owed_syncs.py.
+        owed = OwedSyncs()
         try:
-            segments = recover_segments(directory / "ledger")
+            segments = recover_segments(directory / "ledger", owed)
             (directory / "cursors").mkdir(exist_ok=True)
+            if owed.owed:  # a new ledger: its ledger/ and cursors/ entries too
+                owed.owe_dir(directory)
         except BaseException:
             os.close(lock_fd)
             raise
         try:
             return cls(directory, config, segments, lock_fd, executor, sync_load,
-                       cache_budget, segment_files)
+                       cache_budget, segment_files, owed)
         except BaseException:
             for segment in segments:
                 segment.close()
@@ -132,9 +138,13 @@ class ManagedLedger:
                  lock_fd: int, executor: Executor | None,
                  sync_load: SyncLoad | None = None,
                  cache_budget: CacheBudget | None = None,
-                 segment_files: SegmentFiles | None = None) -> None:
+                 segment_files: SegmentFiles | None = None,
+                 owed: OwedSyncs | None = None) -> None:
         """Use ``ManagedLedger.open``; this only wires up already recovered segments."""
         self.directory = directory
+        # What the files of a ledger created by this open still owe the disk.
+        self.owed_syncs = owed if owed is not None else OwedSyncs()
+        self.created = self.owed_syncs.owed  # this open made the ledger
         self.config = config
         self.stats = LedgerStats()
         self._lock_fd = lock_fd
@@ -147,10 +157,11 @@ class ManagedLedger:
         self._sync_load = sync_load if sync_load is not None else SyncLoad()
         self._pipeline = WritePipeline(
             directory, config, self._segments, self._cache, self.stats, executor,
-            self._sync_load, _fdatasync,
+            self._sync_load, _fdatasync, self.owed_syncs,
         )
         self._executor = executor
-        self._cursors = CursorStore(directory, directory / "cursors")
+        self._cursors = CursorStore(directory, directory / "cursors",
+                                    before_create=self.owed_syncs.settle)
         self._read_ahead = ReadAhead()
         self.cursors: dict[str, ManagedCursor] = self._cursors.cursors
         self._cursor_job: asyncio.Future[list[tuple[str, Exception]]] | None = None
@@ -264,6 +275,11 @@ class ManagedLedger:
     async def flush(self) -> None:
         """Return once everything appended so far is written and fdatasynced."""
         await self._pipeline.flush()
+
+    def make_durable(self) -> None:
+        """Settle what a ledger created by this open still owes the disk (blocking;
+        its first sync would): a topic an admin creates exists once the call returns."""
+        self.owed_syncs.settle()
 
     # ----------------------------------------------------------------- read path
 

@@ -70,6 +70,13 @@ def read_synced_offset(directory: Path) -> SyncedOffset | None:
     return max(intact, key=lambda slot: slot.seq) if intact else None
 
 
+def create_empty_record(directory: Path) -> None:
+    """Create the file with no record in it (a new ledger's, made durable by the
+    fsync of ``directory`` its creator owes anyway): the first write then has no
+    directory entry to fsync."""
+    os.close(os.open(directory / FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+
+
 def remove_synced_offset(directory: Path) -> bool:
     """Delete the record (the caller fsyncs the directory); True if there was one."""
     try:
