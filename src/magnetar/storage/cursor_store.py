@@ -109,7 +109,8 @@ class CursorStore:
             cursor.flush()
 
     def has_dirty(self) -> bool:
-        return any(cursor.dirty for cursor in self.cursors.values())
+        cursors = self.cursors
+        return bool(cursors) and any(cursor.dirty for cursor in cursors.values())
 
     def snapshots(self) -> list[CursorSnapshot]:
         """The state of every dirty cursor, for ``write_snapshots`` (loop thread)."""

@@ -452,7 +452,10 @@ class ManagedLedger:
         self._cursors.flush()
 
     def has_dirty_cursors(self) -> bool:
-        return self._cursors.has_dirty()
+        # Asked of every loaded topic each cursor-flush interval: no generator, no
+        # call for the topics without a subscription (most, with thousands loaded).
+        cursors = self.cursors
+        return bool(cursors) and any(cursor.dirty for cursor in cursors.values())
 
     async def flush_cursors_async(self) -> None:
         """Persist every dirty cursor with the file work on a worker thread.

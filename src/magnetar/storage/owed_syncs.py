@@ -20,6 +20,7 @@ Thread-safe: a second settler waits until the first is done.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -34,14 +35,15 @@ class OwedSyncs:
     def __init__(self) -> None:
         self.owed = False  # read without the lock: a bool, set under it
         self._lock = threading.Lock()
-        self._dirs: list[Path] = []
+        self._dirs: list[str] = []  # str: a Path's == costs more than the fsync's call
         self._write: tuple[Path, bytes] | None = None
 
     def owe_dir(self, path: Path) -> None:
         """``path``'s entries must be made durable (fsync of the directory)."""
+        directory = str(path)
         with self._lock:
-            if path not in self._dirs:
-                self._dirs.append(path)
+            if directory not in self._dirs:
+                self._dirs.append(directory)
             self.owed = True
 
     def owe_write(self, path: Path, data: bytes) -> None:
@@ -68,8 +70,9 @@ class OwedSyncs:
                 path, data = self._write
                 atomic_write(path, data)  # fsyncs path's directory as well
                 self._write = None
-                self._dirs = [d for d in self._dirs if d != path.parent]
+                written_in = os.path.dirname(path)
+                self._dirs = [d for d in self._dirs if d != written_in]
             while self._dirs:
-                fsync_dir(self._dirs[0])
+                fsync_dir(Path(self._dirs[0]))
                 del self._dirs[0]
             self.owed = False
