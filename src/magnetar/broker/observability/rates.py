@@ -88,10 +88,15 @@ class _Owner:
     """The rates of one topic, producer, subscription or consumer, and what the
     sampler needs to pass over it cheaply while it is idle."""
 
-    __slots__ = ("flat", "flat_until", "rates", "values")
+    __slots__ = ("flat", "flat_until", "moved", "rates", "values")
 
     def __init__(self) -> None:
         self.rates: dict[str, MovingRate] = {}
+        # When each counter last grew, as seen by the sampler: a consumer's or a
+        # subscription's lastConsumedTimestamp without a clock read per message sent
+        # (here, not in a WeakKeyDictionary of its own: its setdefault made a weak
+        # reference per counter that grew, each pass).
+        self.moved: dict[str, float] = {}
         self.values: tuple[int, ...] = ()  # the counters at the last sample
         self.flat = False  # the counters did not move and every history is flat
         self.flat_until: float | None = None  # last sample skipped while flat
@@ -105,11 +110,6 @@ class RateTracker:
         self.window = window
         self._rates: weakref.WeakKeyDictionary[object, _Owner] = weakref.WeakKeyDictionary()
         self._first_seen: weakref.WeakKeyDictionary[object, float] = (
-            weakref.WeakKeyDictionary()
-        )
-        # When each counter last grew, as seen by the sampler: a consumer's or a
-        # subscription's lastConsumedTimestamp without a clock read per message sent.
-        self._moved: weakref.WeakKeyDictionary[object, dict[str, float]] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -141,7 +141,7 @@ class RateTracker:
                     # came since then (else a burst before the first sample is lost).
                     rate.add(now - SAMPLE_INTERVAL, 0)
             if value > rate.last_value():
-                self._moved.setdefault(owner, {})[key] = now
+                state.moved[key] = now
             rate.add(now, value)
         state.flat = values == state.values and all(rate.flat for rate in rates.values())
         state.values = values
@@ -175,7 +175,8 @@ class RateTracker:
     def last_moved(self, owner: object, key: str) -> float | None:
         """When the counter ``key`` of ``owner`` was last seen to grow (None: never
         since its first sample); within one sample interval."""
-        return self._moved.get(owner, {}).get(key)
+        state = self._rates.get(owner)
+        return state.moved.get(key) if state is not None else None
 
     def first_seen(self, owner: object, now: float) -> float:
         """When ``owner`` was first sampled (or now, remembered, if it never was): a
