@@ -19,6 +19,7 @@ the last segment is taken for a torn tail.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import struct
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from magnetar.storage.fsutil import fdatasync, fsync_dir
 from magnetar.storage.record import crc32c
+from magnetar.storage.synced_batch import record_batch
 
 logger = logging.getLogger("magnetar.storage")
 
@@ -160,7 +162,10 @@ class SyncedOffsetRecorder:
             return
         self._due = now + self._interval
         self._recorded = position
-        job = loop.run_in_executor(self._executor, self._writer.write, *position)
+        # With the other ledgers' writes of this loop turn: one worker hop for all.
+        job = record_batch(loop, self._executor).submit(
+            functools.partial(self._writer.write, *position)
+        )
         job.add_done_callback(self._on_done)
         self._job = job
 
