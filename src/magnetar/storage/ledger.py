@@ -10,7 +10,9 @@ A facade over three parts, each in its own module:
 
 ``recovery.py`` decides what of the files survives a crash when the ledger opens,
 with the help of the sealed segments' index files (``segment_index.py``) and the
-synced-offset record (``synced_offset.py``); ``repair.py`` cuts a ledger it refused.
+synced-offset record (``synced_offset.py``, written for many ledgers at once by
+``synced_batch.py``); ``repair.py`` cuts a ledger it refused. A ledger this open
+creates owes its directories' fsyncs until its first sync (``owed_syncs.py``).
 ``ledger_config.py`` holds ``LedgerConfig`` and ``LedgerStats``.
 """
 
