@@ -191,3 +191,32 @@ def test_ids_are_never_handed_out_twice_after_a_lost_tail(
             assert not new_ids & old_ids
             assert_nothing_more(consumer)
             client.close()
+
+
+def test_new_topics_survive_sigkill_whether_or_not_anything_was_acknowledged(
+    tmp_path: Path, client_factory: Callable[..., pulsar.Client]
+) -> None:
+    """A new topic's directory fsyncs wait for its first sync (storage/owed_syncs.py):
+    a message acknowledged on a topic created just before is there after kill -9,
+    and a topic killed before its first sync (no metadata file yet) loads again."""
+    broker = EmbeddedBroker(data_dir=tmp_path, mode="subprocess")
+    broker.start()
+    try:
+        client = client_factory(broker.service_url, operation_timeout_seconds=5)
+        written = client.create_producer("new-written", send_timeout_millis=3000)
+        written.send(b"acknowledged")
+        client.create_producer("new-empty", send_timeout_millis=3000)
+        broker.kill()
+        with contextlib.suppress(pulsar.PulsarException):
+            client.close()
+
+        broker.start()  # same port, same data directory
+        verifier = client_factory(broker.service_url)
+        reader = verifier.create_reader("new-written", pulsar.MessageId.earliest)
+        assert reader.read_next(5000).data() == b"acknowledged"
+        consumer = verifier.subscribe("new-empty", "sub")
+        verifier.create_producer("new-empty").send(b"after")
+        assert consumer.receive(5000).data() == b"after"
+        assert_nothing_more(consumer)
+    finally:
+        broker.close()

@@ -70,3 +70,44 @@ def test_the_sampler_yields_to_the_loop_between_chunks_of_topics() -> None:
     sizes = [n for n, _ in calls]
     assert sum(sizes[:5]) == len(topics) and max(sizes) <= SAMPLE_CHUNK
     assert calls[1][1] > calls[0][1]  # the loop ran something between two chunks
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.messages_in = self.bytes_in = self.messages_out = self.bytes_out = 0
+
+
+class _Topic:
+    """What the sampler reads of a topic: its counters, no clients."""
+
+    def __init__(self) -> None:
+        self.stats = _Stats()
+        self.producers: dict[str, Any] = {}
+        self.subscriptions: dict[str, Any] = {}
+
+
+def test_an_idle_topic_costs_the_sampler_no_history_work_and_its_rates_stay_exact() -> None:
+    """5,000 idle topics: each pass stretched every counter's history; an idle owner
+    whose histories are flat is now passed over, and caught up when it moves again,
+    so a burst after the idle is measured exactly as before."""
+    tracker, topic, reference = RateTracker(window=10.0), _Topic(), MovingRate(window=10.0)
+    topic.stats.messages_in = 7
+    for second in range(100):
+        tracker.sample(float(second), [topic])
+        reference.add(float(second), 7)
+    history = tracker._rates[topic].rates["msg_in"]._samples  # type: ignore[attr-defined]
+    assert history[-1][0] < 99.0  # passed over while idle: not stretched each second
+    assert tracker.rate(topic, "msg_in") == reference.rate() == 0.0
+    topic.stats.messages_in = 57  # 50 in the last second
+    tracker.sample(100.0, [topic])
+    reference.add(100.0, 57)
+    assert tracker.rate(topic, "msg_in") == reference.rate()
+    assert 50 / 11 <= tracker.rate(topic, "msg_in") <= 50 / 10
+    for second in range(101, 130):  # idle again, then a steady rate
+        tracker.sample(float(second), [topic])
+        reference.add(float(second), 57)
+    for second in range(130, 150):
+        topic.stats.messages_in += 3
+        tracker.sample(float(second), [topic])
+        reference.add(float(second), topic.stats.messages_in)
+        assert tracker.rate(topic, "msg_in") == reference.rate()

@@ -568,6 +568,7 @@ async def test_small_groups_sync_on_the_loop_thread_and_large_ones_on_the_worker
         make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     threads = record_sync_threads(monkeypatch)
     ledger = make_ledger(inline_sync_max_entries=4)
+    ledger.make_durable()  # else a new ledger's first sync settles its fsyncs on a worker
     fired: list[int] = []
     ledger.append(b"alone", fired.append)
     await ledger.flush()
@@ -635,6 +636,7 @@ async def test_readers_get_a_small_group_before_its_inline_sync(
 
     monkeypatch.setattr(ledger_module, "fdatasync", recording_fdatasync)
     ledger = make_ledger(inline_sync_max_entries=4)
+    ledger.make_durable()  # else a new ledger's first sync settles its fsyncs on a worker
     ledger.on_written = lambda entry_id: events.append(f"written {entry_id}")
     ledger.append(b"read at once", None)
     await ledger.flush()
@@ -669,6 +671,7 @@ async def test_a_slow_disk_moves_small_groups_to_the_worker(
 
     monkeypatch.setattr(ledger_module, "fdatasync", slow_fdatasync)
     ledger = make_ledger(inline_sync_max_entries=4, inline_sync_max_seconds=0.005)
+    ledger.make_durable()  # else a new ledger's first sync settles its fsyncs on a worker
     for entry_id in range(3):
         ledger.append(payload(entry_id))
         await ledger.flush()

@@ -10,6 +10,7 @@ worker thread (see ``cursor.py``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from magnetar.storage.cursor import (
@@ -24,9 +25,13 @@ logger = logging.getLogger("magnetar.storage")
 
 
 class CursorStore:
-    def __init__(self, owner: Path, directory: Path) -> None:
-        """``owner`` names the ledger in log messages; ``directory`` holds the files."""
+    def __init__(self, owner: Path, directory: Path,
+                 before_create: Callable[[], None] | None = None) -> None:
+        """``owner`` names the ledger in log messages; ``directory`` holds the files;
+        ``before_create`` runs before a new cursor is written (a new ledger settles
+        the fsyncs its directories owe: the subscription is durable once created)."""
         self._owner = owner
+        self._before_create = before_create
         self.directory = directory
         self.cursors: dict[str, ManagedCursor] = {}
 
@@ -42,6 +47,8 @@ class CursorStore:
         if path.exists():
             cursor = ManagedCursor.load(path)
         else:
+            if self._before_create is not None:
+                self._before_create()
             cursor = ManagedCursor(name, path, initial_mark_delete)
             cursor.dirty = True
             cursor.flush()
@@ -102,7 +109,8 @@ class CursorStore:
             cursor.flush()
 
     def has_dirty(self) -> bool:
-        return any(cursor.dirty for cursor in self.cursors.values())
+        cursors = self.cursors
+        return bool(cursors) and any(cursor.dirty for cursor in cursors.values())
 
     def snapshots(self) -> list[CursorSnapshot]:
         """The state of every dirty cursor, for ``write_snapshots`` (loop thread)."""

@@ -10,7 +10,9 @@ A facade over three parts, each in its own module:
 
 ``recovery.py`` decides what of the files survives a crash when the ledger opens,
 with the help of the sealed segments' index files (``segment_index.py``) and the
-synced-offset record (``synced_offset.py``); ``repair.py`` cuts a ledger it refused.
+synced-offset record (``synced_offset.py``, written for many ledgers at once by
+``synced_batch.py``); ``repair.py`` cuts a ledger it refused. A ledger this open
+creates owes its directories' fsyncs until its first sync (``owed_syncs.py``).
 ``ledger_config.py`` holds ``LedgerConfig`` and ``LedgerStats``.
 """
 
@@ -36,6 +38,7 @@ from magnetar.storage.errors import EntryNotFound, LedgerClosed, LedgerFailed, S
 from magnetar.storage.fsutil import fdatasync
 from magnetar.storage.ledger_config import SYNC_POLICIES, LedgerConfig, LedgerStats
 from magnetar.storage.log_snapshot import LogSnapshot
+from magnetar.storage.owed_syncs import OwedSyncs
 from magnetar.storage.read_ahead import ReadAhead
 from magnetar.storage.recovery import recover_segments
 from magnetar.storage.segment import Segment
@@ -113,15 +116,20 @@ class ManagedLedger:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         lock_fd = _lock_directory(directory)
+        # A new ledger's directory entries become durable with its first sync (or
+        # cursor, or ``make_durable``): see owed_syncs.py.
+        owed = OwedSyncs()
         try:
-            segments = recover_segments(directory / "ledger")
+            segments = recover_segments(directory / "ledger", owed)
             (directory / "cursors").mkdir(exist_ok=True)
+            if owed.owed:  # a new ledger: its ledger/ and cursors/ entries too
+                owed.owe_dir(directory)
         except BaseException:
             os.close(lock_fd)
             raise
         try:
             return cls(directory, config, segments, lock_fd, executor, sync_load,
-                       cache_budget, segment_files)
+                       cache_budget, segment_files, owed)
         except BaseException:
             for segment in segments:
                 segment.close()
@@ -132,9 +140,13 @@ class ManagedLedger:
                  lock_fd: int, executor: Executor | None,
                  sync_load: SyncLoad | None = None,
                  cache_budget: CacheBudget | None = None,
-                 segment_files: SegmentFiles | None = None) -> None:
+                 segment_files: SegmentFiles | None = None,
+                 owed: OwedSyncs | None = None) -> None:
         """Use ``ManagedLedger.open``; this only wires up already recovered segments."""
         self.directory = directory
+        # What the files of a ledger created by this open still owe the disk.
+        self.owed_syncs = owed if owed is not None else OwedSyncs()
+        self.created = self.owed_syncs.owed  # this open made the ledger
         self.config = config
         self.stats = LedgerStats()
         self._lock_fd = lock_fd
@@ -147,10 +159,11 @@ class ManagedLedger:
         self._sync_load = sync_load if sync_load is not None else SyncLoad()
         self._pipeline = WritePipeline(
             directory, config, self._segments, self._cache, self.stats, executor,
-            self._sync_load, _fdatasync,
+            self._sync_load, _fdatasync, self.owed_syncs,
         )
         self._executor = executor
-        self._cursors = CursorStore(directory, directory / "cursors")
+        self._cursors = CursorStore(directory, directory / "cursors",
+                                    before_create=self.owed_syncs.settle)
         self._read_ahead = ReadAhead()
         self.cursors: dict[str, ManagedCursor] = self._cursors.cursors
         self._cursor_job: asyncio.Future[list[tuple[str, Exception]]] | None = None
@@ -264,6 +277,11 @@ class ManagedLedger:
     async def flush(self) -> None:
         """Return once everything appended so far is written and fdatasynced."""
         await self._pipeline.flush()
+
+    def make_durable(self) -> None:
+        """Settle what a ledger created by this open still owes the disk (blocking;
+        its first sync would): a topic an admin creates exists once the call returns."""
+        self.owed_syncs.settle()
 
     # ----------------------------------------------------------------- read path
 
@@ -436,7 +454,10 @@ class ManagedLedger:
         self._cursors.flush()
 
     def has_dirty_cursors(self) -> bool:
-        return self._cursors.has_dirty()
+        # Asked of every loaded topic each cursor-flush interval: no generator, no
+        # call for the topics without a subscription (most, with thousands loaded).
+        cursors = self.cursors
+        return bool(cursors) and any(cursor.dirty for cursor in cursors.values())
 
     async def flush_cursors_async(self) -> None:
         """Persist every dirty cursor with the file work on a worker thread.

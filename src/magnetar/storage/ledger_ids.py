@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from magnetar.storage.metadata import TopicMetadata
+    from magnetar.storage.owed_syncs import OwedSyncs
 
 
 @dataclass
@@ -102,14 +103,22 @@ class LedgerIds:
 
 
 def begin_ledger(
-    metadata: TopicMetadata, next_position: int, first_position: int, now_s: int
+    metadata: TopicMetadata, next_position: int, first_position: int, now_s: int,
+    owed: OwedSyncs | None = None,
 ) -> LedgerIds:
     """Open a new ledger for a topic being loaded and persist it in its metadata
-    (fsynced) before anything is written under the new id."""
+    (fsynced) before anything is written under the new id; or, with ``owed`` (a topic
+    created by this load, with nothing in it yet), when ``owed`` is settled, which
+    its first sync does before anything is confirmed. (Were the machine to lose the
+    metadata of entries it had only written, ids begin at the clock's second: the
+    next load's ledger id is above this one's.)"""
     ids = LedgerIds(list(metadata.ledgers))
     if not ids.rows and metadata.ledger_id:
         ids.rows = [(metadata.ledger_id, 0)]  # written before ledgers were tracked
     metadata.ledger_id = ids.open_next(next_position, first_position, now_s)
     metadata.ledgers = list(ids.rows)
-    metadata.save()
+    if owed is not None:
+        metadata.save_when_settled(owed)
+    else:
+        metadata.save()
     return ids

@@ -15,6 +15,7 @@ from typing import Any
 
 from magnetar.storage.errors import StorageCorruption
 from magnetar.storage.fsutil import atomic_write
+from magnetar.storage.owed_syncs import OwedSyncs
 
 FORMAT_VERSION = 1
 
@@ -70,6 +71,9 @@ class TopicMetadata:
     # Topic compaction: the compacted ledger in force ("file" in compacted/, its
     # "generation") and its "horizon" position (storage/compacted_ledger.py).
     compaction: dict[str, Any] = field(default_factory=dict)
+    # A new topic's first version, owed to the disk until its ledger's first sync
+    # (owed_syncs.py); a save voids it.
+    owed: OwedSyncs | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def load(cls, path: Path) -> TopicMetadata:
@@ -109,10 +113,21 @@ class TopicMetadata:
             "compaction": self.compaction,
         }
 
+    def encode(self) -> bytes:
+        return json.dumps(self.to_json(), indent=1).encode()
+
     def save(self) -> None:
         """Write atomically (tmp file, fsync, rename, fsync dir), creating the directory."""
+        if self.owed is not None:
+            self.owed.drop_write(self.path)  # this version replaces the owed one
+            self.owed = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, json.dumps(self.to_json(), indent=1).encode())
+        atomic_write(self.path, self.encode())
+
+    def save_when_settled(self, owed: OwedSyncs) -> None:
+        """Leave the write of this version to ``owed``'s settlement (a new topic's)."""
+        self.owed = owed
+        owed.owe_write(self.path, self.encode())
 
     def set_policy(self, name: str, value: Any) -> None:
         """Set (None: remove) the policy ``name`` and save; if the save fails, the

@@ -33,12 +33,13 @@ from pathlib import Path
 
 from magnetar.storage.errors import CorruptLedger, StorageCorruption
 from magnetar.storage.fsutil import fsync_dir
+from magnetar.storage.owed_syncs import OwedSyncs
 from magnetar.storage.record import ScanResult
 from magnetar.storage.segment import Segment, parse_segment_name, scan_file, segment_path
 from magnetar.storage.segment_index import SUFFIX as INDEX_SUFFIX
 from magnetar.storage.segment_index import TMP_SUFFIX as INDEX_TMP_SUFFIX
 from magnetar.storage.segment_index import SegmentIndex, index_path, read_index, write_index
-from magnetar.storage.synced_offset import read_synced_offset
+from magnetar.storage.synced_offset import create_empty_record, read_synced_offset
 
 logger = logging.getLogger("magnetar.storage")
 
@@ -175,8 +176,12 @@ def _unlink_segment(path: Path) -> None:
     path.unlink()
 
 
-def recover_segments(directory: Path) -> list[Segment]:
+def recover_segments(directory: Path, owed: OwedSyncs | None = None) -> list[Segment]:
     """Open every segment in ``directory`` (creating the first one if there is none).
+
+    A first segment created here is durable at once, or, with ``owed``, once ``owed``
+    is settled (the synced-offset record is created beside it then, so that its first
+    write needs no fsync of the directory of its own).
 
     Returns the segments oldest first; the last one is open for appending, the
     sealed ones are not open (their reads open them, see ``segment_files.py``).
@@ -194,7 +199,15 @@ def recover_segments(directory: Path) -> list[Segment]:
     if not found:
         path = segment_path(directory, 0)
         fd = create_segment_file(path)
-        fsync_dir(directory)
+        try:
+            if owed is None:
+                fsync_dir(directory)
+            else:
+                create_empty_record(directory)
+                owed.owe_dir(directory)
+        except BaseException:
+            os.close(fd)
+            raise
         return [Segment(path, 0, fd)]
 
     synced = read_synced_offset(directory)

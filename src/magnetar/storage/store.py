@@ -32,6 +32,7 @@ from magnetar.storage.segment_files import SegmentFiles
 from magnetar.storage.sync_load import SyncLoad
 
 PARTITIONED_DIR = "partitioned"
+_PARTITIONS_CACHED = 100_000  # names whose partition count the store remembers
 METADATA_FILE = "metadata.json"
 
 
@@ -58,6 +59,11 @@ class Store:
                               else SegmentFiles(config.max_open_segment_files))
         self._executor = executor  # for the ledgers' fdatasyncs; None = loop default
         self._sync_load = SyncLoad()  # one disk, one loop: the ledgers judge it together
+        # The partitioned-topic registry as read or written by this store (its only
+        # writer; its callers are on the loop): a lookup of a new topic asks it twice,
+        # and a read of a file that is not there cost an open each time. None: not
+        # partitioned.
+        self._partitions: dict[str, int | None] = {}
         self.root.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -113,15 +119,26 @@ class Store:
         path = self._partitioned_path(topic)
         path.parent.mkdir(parents=True, exist_ok=True)
         # The full name is stored too: the path alone does not say which domain it is.
+        self._partitions.pop(topic, None)  # unknown until the write is done
         atomic_write(path, json.dumps({"topic": topic, "partitions": partitions}).encode())
+        self._partitions[topic] = partitions
 
     def get_partitions(self, topic: str) -> int | None:
+        try:
+            return self._partitions[topic]
+        except KeyError:
+            pass
         path = self._partitioned_path(topic)
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
-            return None
-        return self._read_partitioned(path, raw)[1]
+            partitions = None
+        else:
+            partitions = self._read_partitioned(path, raw)[1]
+        if len(self._partitions) >= _PARTITIONS_CACHED:
+            self._partitions.clear()  # names looked up once each: start over
+        self._partitions[topic] = partitions
+        return partitions
 
     def delete_partitioned(self, topic: str) -> None:
         path = self._partitioned_path(topic)
@@ -129,6 +146,8 @@ class Store:
             path.unlink()
         except FileNotFoundError:
             return
+        finally:
+            self._partitions.pop(topic, None)
         fsync_dir(path.parent)
 
     def list_partitioned(self) -> dict[str, int]:

@@ -19,6 +19,7 @@ the last segment is taken for a torn tail.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import struct
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from magnetar.storage.fsutil import fdatasync, fsync_dir
 from magnetar.storage.record import crc32c
+from magnetar.storage.synced_batch import record_batch
 
 logger = logging.getLogger("magnetar.storage")
 
@@ -68,6 +70,13 @@ def read_synced_offset(directory: Path) -> SyncedOffset | None:
     slots = [_decode(raw[start : start + _SLOT.size]) for start in (0, _STRIDE)]
     intact = [slot for slot in slots if slot is not None]
     return max(intact, key=lambda slot: slot.seq) if intact else None
+
+
+def create_empty_record(directory: Path) -> None:
+    """Create the file with no record in it (a new ledger's, made durable by the
+    fsync of ``directory`` its creator owes anyway): the first write then has no
+    directory entry to fsync."""
+    os.close(os.open(directory / FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
 
 
 def remove_synced_offset(directory: Path) -> bool:
@@ -153,7 +162,10 @@ class SyncedOffsetRecorder:
             return
         self._due = now + self._interval
         self._recorded = position
-        job = loop.run_in_executor(self._executor, self._writer.write, *position)
+        # With the other ledgers' writes of this loop turn: one worker hop for all.
+        job = record_batch(loop, self._executor).submit(
+            functools.partial(self._writer.write, *position)
+        )
         job.add_done_callback(self._on_done)
         self._job = job
 

@@ -50,6 +50,7 @@ from magnetar.storage.errors import LedgerClosed, LedgerFailed, StorageError
 from magnetar.storage.fsutil import preallocate, pwritev_all
 from magnetar.storage.job_threads import DISK_JOBS
 from magnetar.storage.ledger_config import LedgerConfig, LedgerStats
+from magnetar.storage.owed_syncs import OwedSyncs
 from magnetar.storage.record import HEADER, HEADER_SIZE, MAX_DATA_SIZE, crc32c
 from magnetar.storage.segment import Segment, segment_path
 from magnetar.storage.segment_set import SegmentSet
@@ -76,7 +77,8 @@ class WritePipeline:
 
     def __init__(self, directory: Path, config: LedgerConfig, segments: SegmentSet,
                  cache: EntryCache, stats: LedgerStats, executor: Executor | None,
-                 sync_load: SyncLoad, fdatasync: Callable[[int], None]) -> None:
+                 sync_load: SyncLoad, fdatasync: Callable[[int], None],
+                 owed: OwedSyncs | None = None) -> None:
         self.directory = directory  # the ledger's, for messages
         self.config = config
         self.stats = stats
@@ -85,7 +87,7 @@ class WritePipeline:
         self.error: BaseException | None = None
         self._segments = segments
         self._cache = cache
-        self._jobs = SyncJobs(fdatasync)
+        self._jobs = SyncJobs(fdatasync, owed)  # a new ledger's owed fsyncs go first
         self._reserve_max = config.reserve_max_bytes
         self._sync_load = sync_load
         self._ledger_dir = directory / "ledger"
@@ -313,6 +315,7 @@ class WritePipeline:
             if (
                 self._always
                 and written - self.synced_id <= self.config.inline_sync_max_entries
+                and not self._jobs.owed.owed  # a new topic's directory fsyncs: a worker's
                 and self._sync_load.allows_inline(
                     self.config.inline_sync_max_seconds, self._write_scheduled
                 )

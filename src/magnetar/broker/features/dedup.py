@@ -224,7 +224,9 @@ class MessageDeduplication:
             was = self.enabled
             self.enabled = False
             self.tracker = None
-            remove_snapshot(self.path)
+            if not self.ledger.created or was:
+                # A ledger this load created has no snapshot: no unlink on the loop.
+                remove_snapshot(self.path)
             if was:
                 log.info("deduplication disabled on %s", self.topic_name)
 

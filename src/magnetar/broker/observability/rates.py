@@ -54,6 +54,20 @@ class MovingRate:
     def last_value(self) -> int:
         return self._samples[-1][1] if self._samples else 0
 
+    @property
+    def flat(self) -> bool:
+        """Down to its flat run: two samples of one value (a rate of 0)."""
+        samples = self._samples
+        return len(samples) == 2 and samples[0][1] == samples[1][1]
+
+    def stretch(self, now: float) -> None:
+        """What ``add(now, the same value)`` does to a flat history, late: the
+        sampler skips idle counters and catches up when one moves again."""
+        samples = self._samples
+        value = samples[-1][1]
+        samples[-1] = (now, value)
+        samples[-2] = (max(samples[-2][0], now - self.window), value)
+
     def rate(self) -> float:
         samples = self._samples
         if len(samples) < 2:
@@ -64,31 +78,60 @@ class MovingRate:
         return (v1 - v0) / (t1 - t0)
 
 
+_TOPIC_KEYS = ("msg_in", "bytes_in", "msg_out", "bytes_out")
+_PRODUCER_KEYS = ("msg_in", "bytes_in")
+_SUBSCRIPTION_KEYS = ("msg_out", "redeliver", "expired")
+_CONSUMER_KEYS = ("msg_out", "bytes_out")
+
+
+class _Owner:
+    """The rates of one topic, producer, subscription or consumer, and what the
+    sampler needs to pass over it cheaply while it is idle."""
+
+    __slots__ = ("flat", "flat_until", "moved", "rates", "values")
+
+    def __init__(self) -> None:
+        self.rates: dict[str, MovingRate] = {}
+        # When each counter last grew, as seen by the sampler: a consumer's or a
+        # subscription's lastConsumedTimestamp without a clock read per message sent
+        # (here, not in a WeakKeyDictionary of its own: its setdefault made a weak
+        # reference per counter that grew, each pass).
+        self.moved: dict[str, float] = {}
+        self.values: tuple[int, ...] = ()  # the counters at the last sample
+        self.flat = False  # the counters did not move and every history is flat
+        self.flat_until: float | None = None  # last sample skipped while flat
+
+
 class RateTracker:
     """The moving rates of every loaded topic, producer and consumer, keyed weakly by
     the object (a closed producer's history goes with it)."""
 
     def __init__(self, window: float = WINDOW) -> None:
         self.window = window
-        self._rates: weakref.WeakKeyDictionary[object, dict[str, MovingRate]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._rates: weakref.WeakKeyDictionary[object, _Owner] = weakref.WeakKeyDictionary()
         self._first_seen: weakref.WeakKeyDictionary[object, float] = (
             weakref.WeakKeyDictionary()
         )
-        # When each counter last grew, as seen by the sampler: a consumer's or a
-        # subscription's lastConsumedTimestamp without a clock read per message sent.
-        self._moved: weakref.WeakKeyDictionary[object, dict[str, float]] = (
-            weakref.WeakKeyDictionary()
-        )
 
-    def _record(self, owner: object, now: float, counters: dict[str, int],
-                from_zero: bool = False) -> None:
-        rates = self._rates.get(owner)
-        if rates is None:
-            rates = self._rates[owner] = {}
+    def _record(self, owner: object, now: float, keys: tuple[str, ...],
+                values: tuple[int, ...], from_zero: bool = False) -> None:
+        state = self._rates.get(owner)
+        if state is None:
+            state = self._rates[owner] = _Owner()
             self._first_seen.setdefault(owner, now)
-        for key, value in counters.items():
+        elif values == state.values:
+            if state.flat:
+                # Idle, with every history down to its flat run: what ``add`` would
+                # do is stretch the runs to now; remember now, and do it when a
+                # counter moves again (the rates are 0 meanwhile either way).
+                state.flat_until = now
+                return
+        elif state.flat_until is not None:
+            for idle in state.rates.values():
+                idle.stretch(state.flat_until)
+            state.flat_until = None
+        rates = state.rates
+        for key, value in zip(keys, values, strict=True):
             rate = rates.get(key)
             if rate is None:
                 rate = rates[key] = MovingRate(self.window)
@@ -98,41 +141,42 @@ class RateTracker:
                     # came since then (else a burst before the first sample is lost).
                     rate.add(now - SAMPLE_INTERVAL, 0)
             if value > rate.last_value():
-                self._moved.setdefault(owner, {})[key] = now
+                state.moved[key] = now
             rate.add(now, value)
+        state.flat = values == state.values and all(rate.flat for rate in rates.values())
+        state.values = values
 
     def sample(self, now: float, topics: Iterable[Topic]) -> None:
         """Take one sample of every counter of ``topics`` and their clients."""
+        record = self._record
         for topic in topics:
             stats = topic.stats
-            self._record(topic, now, {
-                "msg_in": stats.messages_in, "bytes_in": stats.bytes_in,
-                "msg_out": stats.messages_out, "bytes_out": stats.bytes_out,
-            })
+            record(topic, now, _TOPIC_KEYS, (
+                stats.messages_in, stats.bytes_in, stats.messages_out, stats.bytes_out,
+            ))
             for producer in topic.producers.values():
-                self._record(producer, now,
-                             {"msg_in": producer.messages_in, "bytes_in": producer.bytes_in})
+                record(producer, now, _PRODUCER_KEYS,
+                       (producer.messages_in, producer.bytes_in))
             for sub in topic.subscriptions.values():
-                self._record(sub, now, {
-                    "msg_out": sub.messages_out, "redeliver": sub.messages_redelivered,
-                    "expired": sub.messages_expired,
-                }, from_zero=True)
+                record(sub, now, _SUBSCRIPTION_KEYS, (
+                    sub.messages_out, sub.messages_redelivered, sub.messages_expired,
+                ), from_zero=True)
                 for consumer in sub.consumers:
-                    self._record(consumer, now, {
-                        "msg_out": consumer.messages_out, "bytes_out": consumer.bytes_out,
-                    })
+                    record(consumer, now, _CONSUMER_KEYS,
+                           (consumer.messages_out, consumer.bytes_out))
 
     def rate(self, owner: object, key: str) -> float:
-        rates = self._rates.get(owner)
-        if rates is None:
+        state = self._rates.get(owner)
+        if state is None:
             return 0.0
-        rate = rates.get(key)
+        rate = state.rates.get(key)
         return rate.rate() if rate is not None else 0.0
 
     def last_moved(self, owner: object, key: str) -> float | None:
         """When the counter ``key`` of ``owner`` was last seen to grow (None: never
         since its first sample); within one sample interval."""
-        return self._moved.get(owner, {}).get(key)
+        state = self._rates.get(owner)
+        return state.moved.get(key) if state is not None else None
 
     def first_seen(self, owner: object, now: float) -> float:
         """When ``owner`` was first sampled (or now, remembered, if it never was): a

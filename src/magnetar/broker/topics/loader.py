@@ -140,7 +140,9 @@ class TopicLoader:
         self._check_loadable(name, create, explicit)
         if full in self._loading:
             raise TopicUnavailable(f"topic {full} is loading; try again")
-        return self._install(name, *self._open_files(name))
+        # An admin's topic exists once the call returns (a client's, once something
+        # in it is acknowledged: see storage/owed_syncs.py).
+        return self._install(name, *self._open_files(name, durable=explicit))
 
     def load_topic(self, name: TopicName, *, create: bool = True) -> asyncio.Future[Topic]:
         """The topic, loaded in a worker thread if it is not loaded yet: recovering a
@@ -211,9 +213,12 @@ class TopicLoader:
                 raise LookupError(f"topic {full} does not exist")
             self.namespaces.ensure(name.namespace_name)  # NamespaceNotFound is a LookupError
 
-    def _open_files(self, name: TopicName) -> tuple[ManagedLedger, TopicMetadata, LedgerIds]:
+    def _open_files(
+        self, name: TopicName, durable: bool = False
+    ) -> tuple[ManagedLedger, TopicMetadata, LedgerIds]:
         """Open (and recover) the topic's log and metadata and begin its new ledger:
-        file work only, safe in a worker thread. TopicUnavailable names a failure."""
+        file work only, safe in a worker thread. TopicUnavailable names a failure.
+        A topic this creates is durable on return only if ``durable``."""
         full = str(name)
         store = self._store_for(name)
         ledger = None
@@ -227,7 +232,13 @@ class TopicLoader:
             first = ledger.first_entry_id
             if ledger.compacted is not None and ledger.compacted.first_position is not None:
                 first = min(first, ledger.compacted.first_position)  # ids it serves
-            ledgers = begin_ledger(metadata, ledger.next_entry_id, first, self.clock_ms() // 1000)
+            # A topic this load creates owes its files' fsyncs until its first sync.
+            owed = ledger.owed_syncs if ledger.created and ledger.owed_syncs.owed else None
+            ledgers = begin_ledger(
+                metadata, ledger.next_entry_id, first, self.clock_ms() // 1000, owed
+            )
+            if durable:
+                ledger.make_durable()
             return ledger, metadata, ledgers
         except BaseException as exc:
             # Whatever failed after the ledger opened, its files and its directory's

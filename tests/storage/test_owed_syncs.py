@@ -1,0 +1,127 @@
+"""A new ledger's directory fsyncs (and a new topic's metadata) are owed until something
+in it is promised: its first sync, a cursor, an explicit ``make_durable``."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import magnetar.storage.fsutil as fsutil
+import magnetar.storage.ledger as ledger_module
+import magnetar.storage.owed_syncs as owed_module
+from magnetar.storage import LedgerConfig, ManagedLedger, TopicMetadata
+from magnetar.storage.ledger_ids import begin_ledger
+from magnetar.storage.owed_syncs import OwedSyncs
+
+
+def record_disk_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+    """(call, path or fd, thread) of every directory fsync, atomic write and
+    fdatasync of a ledger, in order (the real calls run)."""
+    calls: list[tuple[str, str, str]] = []
+    real_fsync_dir, real_atomic_write = fsutil.fsync_dir, fsutil.atomic_write
+
+    def fsync_dir(path: Path) -> None:
+        calls.append(("fsync_dir", str(path), threading.current_thread().name))
+        real_fsync_dir(path)
+
+    def atomic_write(path: Path, data: bytes) -> None:
+        calls.append(("atomic_write", str(path), threading.current_thread().name))
+        real_atomic_write(path, data)
+
+    def fdatasync(fd: int) -> None:
+        calls.append(("fdatasync", "", threading.current_thread().name))
+        fsutil.fdatasync(fd)
+
+    monkeypatch.setattr(owed_module, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(owed_module, "atomic_write", atomic_write)
+    monkeypatch.setattr("magnetar.storage.recovery.fsync_dir", fsync_dir)
+    monkeypatch.setattr(ledger_module, "fdatasync", fdatasync)
+    return calls
+
+
+async def test_a_new_ledger_fsyncs_its_directories_in_its_first_sync_not_at_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = record_disk_calls(monkeypatch)
+    # Inline syncs allowed: the owed fsyncs must still keep the first one off the loop.
+    config = LedgerConfig(inline_sync_max_entries=4, inline_sync_max_seconds=3600.0)
+    ledger = ManagedLedger.open(tmp_path / "topic", config)
+    try:
+        assert ledger.created and calls == []  # opening a new ledger waits for no fsync
+        confirmed: list[int] = []
+        ledger.append(b"first", confirmed.append)
+        await ledger.flush()
+        assert confirmed == [0]
+        loop_thread = threading.current_thread().name
+        ledger_dir, topic_dir = str(tmp_path / "topic" / "ledger"), str(tmp_path / "topic")
+        assert [(call, path) for call, path, _ in calls] == [
+            ("fsync_dir", ledger_dir), ("fsync_dir", topic_dir), ("fdatasync", ""),
+        ]
+        assert all(thread != loop_thread for _, _, thread in calls)  # one worker job
+        assert (tmp_path / "topic" / "ledger" / "synced").exists()
+        calls.clear()
+        ledger.append(b"second", confirmed.append)
+        await ledger.flush()
+        assert [call for call, _, _ in calls] == ["fdatasync"]  # nothing owed any more
+    finally:
+        await ledger.close()
+
+    reopened = ManagedLedger.open(tmp_path / "topic", config)
+    try:
+        assert not reopened.created and not reopened.owed_syncs.owed
+        assert [reopened.read(i) for i in range(2)] == [b"first", b"second"]
+    finally:
+        await reopened.close()
+
+
+async def test_a_new_cursor_settles_what_its_ledger_owes_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = record_disk_calls(monkeypatch)
+    ledger = ManagedLedger.open(tmp_path / "topic", LedgerConfig())
+    try:
+        ledger.open_cursor("sub", -1)
+        assert [path for call, path, _ in calls if call == "fsync_dir"][:2] == [
+            str(tmp_path / "topic" / "ledger"), str(tmp_path / "topic"),
+        ]
+        assert not ledger.owed_syncs.owed
+    finally:
+        await ledger.close()
+
+
+def test_make_durable_settles_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = record_disk_calls(monkeypatch)
+    ledger = ManagedLedger.open(tmp_path / "topic", LedgerConfig())
+    try:
+        ledger.make_durable()
+        assert [call for call, _, _ in calls] == ["fsync_dir", "fsync_dir"]
+        ledger.make_durable()  # settled: nothing more
+        assert len(calls) == 2
+    finally:
+        ledger.abort()
+
+
+def test_a_new_topics_metadata_is_written_when_settled_unless_saved_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = record_disk_calls(monkeypatch)
+    path = tmp_path / "topic" / "metadata.json"
+    path.parent.mkdir()
+    owed = OwedSyncs()
+    owed.owe_dir(path.parent)
+    metadata = TopicMetadata.load(path)
+    ids = begin_ledger(metadata, 0, 0, 1_000, owed)
+    assert not path.exists() and owed.owed
+    owed.settle()
+    assert TopicMetadata.load(path).ledgers == ids.rows == [(1_000, 0)]
+    # The atomic write fsynced the topic directory: not once more.
+    assert [call for call, _, _ in calls] == ["atomic_write"]
+
+    # A save before settlement voids the owed (older) version.
+    second = TopicMetadata.load(path)
+    begin_ledger(second, 5, 0, 2_000, owed)
+    second.properties["k"] = "v"
+    second.save()
+    owed.settle()
+    reloaded = TopicMetadata.load(path)
+    assert reloaded.properties == {"k": "v"} and reloaded.ledger_id == 2_000
+    assert not owed.owed
