@@ -4,7 +4,8 @@ with no message object per message.
 A bulk consumer (the Spark source, a PIP-96 processor that converts a format into
 columns) wants an entry as it is stored: one ``MessageMetadata`` and one payload, a
 Pulsar batch of ``num_messages`` messages when it is batched, which it cuts itself
-(:func:`magnetar.protocol.batch.split_batch`, or a scan of its own).  An
+(:func:`magnetar.protocol.batch.split_batch`, or where the values of a batch without
+keys or properties lie, :mod:`magnetar.protocol.batch_scan`).  An
 :class:`EntryReader` is a reader whose consumer has a PIP-96 payload processor that
 hands each entry on whole, so it shares everything a reader does: lookup,
 reconnection, flow control, seeks, a reader's start position (an entry before it is
