@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from magnetar.client.message import Message
 
 _parse_metadata = pb.MessageMetadata.FromString
+# A reader acknowledges what it read now and then, as the official readers do (the Java
+# reader acks each message cumulatively): a broker counts an exclusive consumer's
+# unacknowledged entries (magnetar's stops dispatching at max_unacked_per_consumer,
+# 50,000), and a reader that never acks would stall there.
+ACK_EVERY = 1000
 
 
 class Entry(NamedTuple):
@@ -86,6 +91,7 @@ class EntryReader:
         self._reader = reader
         self._partition = partition_index(reader.topic)
         self._last: tuple[int, int] | None = None  # the last entry read
+        self._unacked = 0  # entries read since the last cumulative ack
 
     @classmethod
     async def create(
@@ -118,6 +124,10 @@ class EntryReader:
         meta = msg._meta
         assert isinstance(meta, bytes)  # as_single_message keeps the entry's metadata so
         ledger, entry = self._last = msg._position
+        self._unacked += 1
+        if self._unacked >= ACK_EVERY:
+            self._unacked = 0
+            await self._reader._consumer.acknowledge_cumulative(msg)
         return Entry(ledger, entry, self._partition, _parse_metadata(meta), msg.value)
 
     async def has_message_available(self) -> bool:
