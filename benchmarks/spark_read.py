@@ -7,6 +7,9 @@ A broker in a child process gets a topic of ``--messages`` messages of ``--size`
 ``noop`` sink (every row and column materialised, nothing written) as one range per
 topic partition and cut into ``--parts`` ranges (``minPartitions``); the same rows are
 written to Parquet once and read back the same way: the ceiling on this machine.
+The ceiling of any Python source on this machine is measured too (``--ceiling``): a
+source whose tasks only hand Spark ready-made record batches of the same columns (no
+broker, no decoding), against Parquet in the same jobs.
 Then a streaming query follows the topic while a producer sends ``--rate`` messages a
 second; each micro-batch's latency is the time from a message's publish time to its
 row reaching the foreachBatch sink on the driver.
@@ -69,6 +72,55 @@ def session(master: str) -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     magnetar.spark.register(spark)
     return spark
+
+
+def canned_source(rows: int, parts: int, batch: Any) -> Any:
+    """A Python data source whose ``parts`` tasks yield ``batch`` (a record batch of the
+    pulsar source's columns) until each has ``rows`` rows: Spark's own cost of taking
+    Arrow batches from Python, the ceiling of any Python source."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from magnetar.spark.rows import SCHEMA
+
+    class CannedReader(DataSourceReader):  # type: ignore[misc]
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(parts)]
+
+        def read(self, partition: InputPartition) -> Any:
+            sent = 0
+            while sent < rows:
+                yield batch
+                sent += batch.num_rows
+
+    class Canned(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "canned"
+
+        def schema(self) -> Any:
+            return SCHEMA
+
+        def reader(self, schema: Any) -> CannedReader:
+            return CannedReader()
+
+    return Canned
+
+
+def ceiling(spark: Any, parquet: Any, n: int, parts: int, runs: int, out: str) -> None:
+    """The jobs from a source that costs nothing but Spark's Arrow hand-off."""
+    from magnetar.spark.rows import arrow_schema
+
+    batch = parquet.limit(8192).toArrow().cast(arrow_schema()).combine_chunks().to_batches()[0]
+    spark.dataSource.register(canned_source(n // parts, parts, batch))
+    canned = spark.read.format("canned").load()
+    t_noop = timed_noop(canned, runs)
+    t_pq = timed_noop(parquet, runs)
+    j_canned = timed_job(lambda: canned.select("value").write.mode("overwrite").parquet(out),
+                         runs)
+    j_pq = timed_job(lambda: parquet.select("value").write.mode("overwrite").parquet(out), runs)
+    print(f"ceiling, a Python source of ready batches ({parts} tasks): noop "
+          f"{n / t_noop:,.0f} rows/s ({t_pq / t_noop:.2f} of parquet's {n / t_pq:,.0f}), "
+          f"write.parquet {n / j_canned:,.0f} ({j_pq / j_canned:.2f} of {n / j_pq:,.0f})")
 
 
 def timed_noop(df: Any, runs: int) -> float:
@@ -161,6 +213,8 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=100, help="messages/s while streaming")
     parser.add_argument("--stream-seconds", type=float, default=20.0)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also time a Python source of ready-made batches")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="spark-bench-"))
@@ -221,6 +275,8 @@ def main() -> int:
                   f"write.parquet job {j_parquet / j_pulsar:.2f}; "
                   f"write {n / t_write:,.0f} rows/s; load "
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            if args.ceiling:
+                ceiling(spark, parquet, n, args.parts, args.runs, out)
             if args.stream_seconds > 0:
                 streaming_latency(spark, url, args.rate, args.stream_seconds)
         finally:

@@ -4,7 +4,8 @@ with no message object per message.
 A bulk consumer (the Spark source, a PIP-96 processor that converts a format into
 columns) wants an entry as it is stored: one ``MessageMetadata`` and one payload, a
 Pulsar batch of ``num_messages`` messages when it is batched, which it cuts itself
-(:func:`magnetar.protocol.batch.split_batch`, or a scan of its own).  An
+(:func:`magnetar.protocol.batch.split_batch`, or where the values of a batch without
+keys or properties lie, :mod:`magnetar.protocol.batch_scan`).  An
 :class:`EntryReader` is a reader whose consumer has a PIP-96 payload processor that
 hands each entry on whole, so it shares everything a reader does: lookup,
 reconnection, flow control, seeks, a reader's start position (an entry before it is
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
     from magnetar.client.message import Message
 
 _parse_metadata = pb.MessageMetadata.FromString
+# A reader acknowledges what it read now and then, as the official readers do (the Java
+# reader acks each message cumulatively): a broker counts an exclusive consumer's
+# unacknowledged entries (magnetar's stops dispatching at max_unacked_per_consumer,
+# 50,000), and a reader that never acks would stall there.
+ACK_EVERY = 1000
 
 
 class Entry(NamedTuple):
@@ -85,6 +91,7 @@ class EntryReader:
         self._reader = reader
         self._partition = partition_index(reader.topic)
         self._last: tuple[int, int] | None = None  # the last entry read
+        self._unacked = 0  # entries read since the last cumulative ack
 
     @classmethod
     async def create(
@@ -117,6 +124,10 @@ class EntryReader:
         meta = msg._meta
         assert isinstance(meta, bytes)  # as_single_message keeps the entry's metadata so
         ledger, entry = self._last = msg._position
+        self._unacked += 1
+        if self._unacked >= ACK_EVERY:
+            self._unacked = 0
+            await self._reader._consumer.acknowledge_cumulative(msg)
         return Entry(ledger, entry, self._partition, _parse_metadata(meta), msg.value)
 
     async def has_message_available(self) -> bool:
