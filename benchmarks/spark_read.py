@@ -298,7 +298,7 @@ def main() -> int:
                   f"{n / j_pulsar:>12,.0f} rows/s ({j_pulsar:.2f} s)")
             print(f"  from parquet:            {n / j_parquet:>12,.0f} rows/s ({j_parquet:.2f} s)")
 
-            t_write = write_rates(spark, url, parquet.select("value"), work, 1)
+            t_write = write_rates(spark, url, parquet.select("value"), work, args.runs)
             print(f"RATIOS pulsar/parquet: noop {t_parquet / min(t_whole, t_cut):.2f}, "
                   f"write.parquet job {j_parquet / j_pulsar:.2f}; "
                   f"write {n / t_write:,.0f} rows/s; load "

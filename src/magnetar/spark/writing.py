@@ -16,6 +16,7 @@ broker checks it as it checks any producer's (IncompatibleSchema fails the task)
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,12 +43,21 @@ def write_batches(config: SinkConfig, batches: Iterable[pa.RecordBatch]) -> Sent
     """Send every row of ``batches``; returns once all are receipted."""
     with BackgroundLoop() as loop:
         sender = Sender(config)
+        sending: concurrent.futures.Future[None] | None = None
         try:
             for batch in batches:
                 if batch.num_rows:
-                    loop.run(sender.send(batch))
+                    # Spark's thread takes the next record batch off its stream while
+                    # the loop sends this one and waits for receipts; sends stay in order.
+                    if sending is not None:
+                        sending.result()
+                    sending = loop.submit(sender.send(batch))
+            if sending is not None:
+                sending.result()
             loop.run(sender.finish())
         finally:
+            if sending is not None:
+                sending.cancel()
             loop.run(sender.close())
     return SentMessages(sender.count)
 
