@@ -12,9 +12,13 @@ source whose tasks only hand Spark ready-made record batches of the same columns
 broker, no decoding), against Parquet in the same jobs.
 Then a streaming query follows the topic while a producer sends ``--rate`` messages a
 second; each micro-batch's latency is the time from a message's publish time to its
-row reaching the foreachBatch sink on the driver.
+row reaching the foreachBatch sink on the driver.  The write (two tasks) is timed
+against ``write.parquet`` of the same cached rows and a Python writer that drops them
+(Spark's hand-off alone), interleaved; ``--write-only`` runs only that, on rows Spark
+makes.
 
     .venv/bin/python benchmarks/spark_read.py [--messages 1000000] [--size 100]
+    .venv/bin/python benchmarks/spark_read.py --write-only --runs 3
 """
 
 from __future__ import annotations
@@ -204,6 +208,89 @@ def streaming_latency(spark: Any, url: str, rate: int, seconds: float) -> None:
               f"max {durations[-1]:.0f} ms")
 
 
+class _PythonNoopSink:
+    """A Python data source whose writer only takes the Arrow batches Spark hands it:
+    the JVM -> Python hand-off alone, the ceiling of any Python writer."""
+
+    @staticmethod
+    def register(spark: Any) -> None:
+        from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+        class Writer(DataSourceArrowWriter):  # type: ignore[misc]
+            def write(self, iterator: Any) -> Any:
+                for _ in iterator:
+                    pass
+                return WriterCommitMessage()
+
+        class Source(DataSource):  # type: ignore[misc]
+            @classmethod
+            def name(cls) -> str:
+                return "python-noop"
+
+            def writer(self, schema: Any, overwrite: bool) -> Any:
+                return Writer()
+
+        spark.dataSource.register(Source)
+
+
+def write_rates(spark: Any, url: str, values: Any, work: Path, runs: int) -> float:
+    """``values`` appended to a new topic (two tasks), against ``write.parquet`` of the
+    same cached rows and a Python writer that drops them, interleaved; returns the best
+    pulsar write time."""
+    _PythonNoopSink.register(spark)
+    rows = values.repartition(2).cache()
+    n = rows.count()
+    out = str(work / "write-ref.parquet")
+    best = {"parquet": float("inf"), "python-noop": float("inf"), "pulsar": float("inf")}
+    times: dict[str, list[float]] = {name: [] for name in best}
+    for _ in range(runs):
+        for name in best:
+            if name == "parquet":
+                job = rows.write.mode("overwrite").parquet
+                args: tuple[str, ...] = (out,)
+            elif name == "python-noop":
+                job = rows.write.format("python-noop").mode("append").save
+                args = ()
+            else:
+                topic = f"persistent://public/default/bench-write-{uuid.uuid4().hex[:8]}"
+                job = (rows.write.format("pulsar").option("service.url", url)
+                       .option("topic", topic).mode("append").save)
+                args = ()
+            started = time.perf_counter()
+            job(*args)
+            took = time.perf_counter() - started
+            times[name].append(took)
+            best[name] = min(best[name], took)
+    rows.unpersist()
+    t_write = best["pulsar"]
+    print(f"write {n:,} rows, {rows.rdd.getNumPartitions()} tasks, best of {runs}:")
+    for name, t in best.items():
+        print(f"  {name + ':':<13}{n / t:>12,.0f} rows/s ({t:.2f} s; runs "
+              f"{' '.join(f'{x:.2f}' for x in times[name])} s)")
+    print(f"  pulsar / parquet {best['parquet'] / t_write:.2f}, "
+          f"pulsar / python-noop {best['python-noop'] / t_write:.2f}")
+    return t_write
+
+
+def write_only(args: argparse.Namespace) -> int:
+    """Only the write: ``--messages`` rows of ``--size`` bytes made by Spark."""
+    from pyspark.sql import functions as F
+
+    work = Path(tempfile.mkdtemp(prefix="spark-bench-"))
+    with EmbeddedBroker(mode="subprocess", data_dir=work / "broker", log_level="warning") as broker:
+        spark = session(args.master)
+        try:
+            values = spark.range(args.messages).select(
+                F.lit(b"x" * args.size).alias("value"))
+            t_write = write_rates(spark, broker.service_url, values, work, args.runs)
+            print(f"RATIOS write {args.messages / t_write:,.0f} rows/s; load "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        finally:
+            spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -215,7 +302,11 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--ceiling", action="store_true",
                         help="also time a Python source of ready-made batches")
+    parser.add_argument("--write-only", action="store_true",
+                        help="only the write, against write.parquet of the same rows")
     args = parser.parse_args()
+    if args.write_only:
+        return write_only(args)
 
     work = Path(tempfile.mkdtemp(prefix="spark-bench-"))
     with EmbeddedBroker(mode="subprocess", data_dir=work / "broker", log_level="warning") as broker:
@@ -261,16 +352,7 @@ def main() -> int:
                   f"{n / j_pulsar:>12,.0f} rows/s ({j_pulsar:.2f} s)")
             print(f"  from parquet:            {n / j_parquet:>12,.0f} rows/s ({j_parquet:.2f} s)")
 
-            # Writing: the same rows appended to a new topic, two tasks.
-            rows = parquet.select("value").repartition(2).cache()
-            rows.count()
-            started = time.perf_counter()
-            (rows.write.format("pulsar").option("service.url", url)
-             .option("topic", f"{topic}-copy").mode("append").save())
-            t_write = time.perf_counter() - started
-            rows.unpersist()
-            print(f"write mode('append'), {rows.rdd.getNumPartitions()} tasks: "
-                  f"{n / t_write:,.0f} rows/s ({t_write:.2f} s)")
+            t_write = write_rates(spark, url, parquet.select("value"), work, args.runs)
             print(f"RATIOS pulsar/parquet: noop {t_parquet / min(t_whole, t_cut):.2f}, "
                   f"write.parquet job {j_parquet / j_pulsar:.2f}; "
                   f"write {n / t_write:,.0f} rows/s; load "

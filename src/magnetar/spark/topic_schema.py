@@ -275,6 +275,16 @@ class ValueEncoder:
             return self._avro(rows) if kind == "AVRO" else [_json(r) for r in rows]
         return [_primitive(kind, v) for v in batch.column(VALUE).to_pylist()]
 
+    def encode_array(self, batch: pa.RecordBatch) -> pa.Array:
+        """The payloads as one Arrow column: a bytes or string ``value`` column as it
+        is (no Python object per row), other schemas' values encoded row by row."""
+        if self._kind == "BYTES":
+            column = batch.column(VALUE)
+            if column.null_count:
+                raise ValueError("a row to write has a null 'value'")
+            return column
+        return pa.array(self.encode(batch), pa.binary())
+
     def _avro(self, rows: list[dict[str, Any]]) -> list[bytes]:
         import avro.errors
         import avro.io

@@ -1,8 +1,8 @@
 """Executor-side writing: a task's rows sent to their topics, at least once.
 
 Each task opens its own client and one producer per topic it writes to, builds its
-rows into compressed batches itself (:mod:`magnetar.spark.entry_batches`) and sends
-each as one entry (a partitioned topic's rows, or with batching off, go message by
+rows into compressed batches itself, from Arrow (:mod:`magnetar.spark.row_entries`),
+and sends each as one entry (a partitioned topic's rows, or with batching off, go message by
 message), keeps about ``maxPendingMessages`` messages in flight, and returns only
 once every message has its receipt.  A failed send fails the task, and Spark runs it
 again: rows may then be written twice (at-least-once, as pulsar-spark), never lost.
@@ -16,6 +16,7 @@ broker checks it as it checks any producer's (IncompatibleSchema fails the task)
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,9 +26,9 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from magnetar.client import Client, MessageId, Producer
 from magnetar.spark._loop import BackgroundLoop
-from magnetar.spark.entry_batches import batch_entries
 from magnetar.spark.options import SinkConfig
-from magnetar.spark.rows import TOPIC, VALUE, OutgoingRow, as_text, rows_to_send
+from magnetar.spark.row_entries import batch_entries, row_metadata
+from magnetar.spark.rows import TOPIC, VALUE, as_text, rows_to_send
 from magnetar.spark.topic_schema import ValueEncoder, is_raw, schema_for_columns
 
 
@@ -42,12 +43,21 @@ def write_batches(config: SinkConfig, batches: Iterable[pa.RecordBatch]) -> Sent
     """Send every row of ``batches``; returns once all are receipted."""
     with BackgroundLoop() as loop:
         sender = Sender(config)
+        sending: concurrent.futures.Future[None] | None = None
         try:
             for batch in batches:
                 if batch.num_rows:
-                    loop.run(sender.send(batch))
+                    # Spark's thread takes the next record batch off its stream while
+                    # the loop sends this one and waits for receipts; sends stay in order.
+                    if sending is not None:
+                        sending.result()
+                    sending = loop.submit(sender.send(batch))
+            if sending is not None:
+                sending.result()
             loop.run(sender.finish())
         finally:
+            if sending is not None:
+                sending.cancel()
             loop.run(sender.close())
     return SentMessages(sender.count)
 
@@ -98,24 +108,26 @@ class Sender:
             groups = {t: batch.take(pa.array(rows)) for t, rows in rows_of.items()}
         for topic, part in groups.items():
             producer, encoder = self._producers.get(topic) or await self._producer(topic)
-            rows = rows_to_send(part, encoder.encode(part))
             if self._config.batching and producer.num_partitions == 0:  # not partitioned
-                await self._send_entries(producer, rows)
+                await self._send_entries(producer, encoder, part)
             else:
-                await self._send_messages(producer, rows)
+                await self._send_messages(producer, encoder, part)
 
-    async def _send_entries(self, producer: Producer, rows: list[OutgoingRow]) -> None:
+    async def _send_entries(self, producer: Producer, encoder: ValueEncoder,
+                            part: pa.RecordBatch) -> None:
         """Rows as whole batch entries, built here (a send per batch, not per message;
         a partitioned topic's rows go message by message, routed by the producer)."""
         c = self._config
-        for entry in batch_entries(rows, c.compression, c.batching_max_messages):
+        for entry in batch_entries(encoder.encode_array(part), row_metadata(part),
+                                   c.compression, c.batching_max_messages):
             future = producer.send_entry_async(
                 entry.payload, num_messages=entry.num_messages, key=entry.key,
                 compression=entry.compression)
             await self._track(future, entry.num_messages)
 
-    async def _send_messages(self, producer: Producer, rows: list[OutgoingRow]) -> None:
-        for value, key, properties, event_time, _ in rows:
+    async def _send_messages(self, producer: Producer, encoder: ValueEncoder,
+                             part: pa.RecordBatch) -> None:
+        for value, key, properties, event_time, _ in rows_to_send(part, encoder.encode(part)):
             future = producer.send_async(value, key=key, properties=properties,
                                          event_time=event_time)
             await self._track(future, 1)
