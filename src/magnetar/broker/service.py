@@ -296,14 +296,19 @@ class BrokerService(TopicLoader):
         while True:
             await asyncio.sleep(self.config.cursor_flush_interval)
             self.replies.expire()
-            # The cursor files are written and fsynced on a worker thread, one topic
-            # at a time so that the fsyncs of publishes never queue behind many of them.
-            for topic in list(self.topics.values()):
-                try:
-                    if topic.ledger.has_dirty_cursors():
-                        await topic.ledger.flush_cursors_async()
-                except Exception:
-                    log.exception("flushing cursors of %s failed", topic.name)
+            await self._flush_cursors()
+
+    async def _flush_cursors(self) -> None:
+        # A pass of its own, so that no loop variable holds the last topic while the
+        # flusher sleeps (an unloaded topic must be free to go).
+        # The cursor files are written and fsynced on a worker thread, one topic
+        # at a time so that the fsyncs of publishes never queue behind many of them.
+        for topic in list(self.topics.values()):
+            try:
+                if topic.ledger.has_dirty_cursors():
+                    await topic.ledger.flush_cursors_async()
+            except Exception:
+                log.exception("flushing cursors of %s failed", topic.name)
 
     async def _idle_unloader(self) -> None:
         """Unload topics nobody has used for ``topic_idle_unload_seconds``, and the
@@ -327,56 +332,68 @@ class BrokerService(TopicLoader):
             finally:
                 timer.cancel()
             self._unload_wanted.clear()
-            now = self.loop.time()
-            unused: list[tuple[float, Topic]] = []
-            for name, topic in list(self.topics.items()):
-                if topic.has_clients():
-                    idle_since.pop(name, None)
-                    continue
-                since = idle_since.setdefault(name, now)
-                if 0 < idle_after <= now - since:
-                    idle_since.pop(name, None)
-                    await self.unload_topic(topic, "idle")
-                    await asyncio.sleep(0)  # thousands of topics: never one long stall
-                else:
-                    unused.append((since, topic))
-            self._in_use = len(self.topics) - len(unused)
-            if 0 < max_unused < len(unused):
-                unused.sort(key=lambda pair: pair[0])
-                excess = [topic for _since, topic in unused[: len(unused) - max_unused]]
-                for start in range(0, len(excess), UNLOAD_GROUP):
-                    # A group at a time, as a relief does: one by one, unloads fell
-                    # behind 250 new topics a second and the loaded ones piled up.
-                    await asyncio.gather(*(
-                        self._unload_if_unused(topic, "over max_unused_loaded_topics")
-                        for topic in excess[start : start + UNLOAD_GROUP]
-                    ))
-                    for topic in excess[start : start + UNLOAD_GROUP]:
-                        idle_since.pop(topic.name, None)
-            for name in [n for n in idle_since if n not in self.topics]:
-                del idle_since[name]
+            await self._unload_pass(idle_since, idle_after, max_unused)
+
+    async def _unload_pass(
+        self, idle_since: dict[str, float], idle_after: float, max_unused: int
+    ) -> None:
+        # A pass of its own, so that no local holds an unloaded topic while the
+        # unloader waits for the next pass.
+        now = self.loop.time()
+        unused: list[tuple[float, Topic]] = []
+        for name, topic in list(self.topics.items()):
+            if topic.has_clients():
+                idle_since.pop(name, None)
+                continue
+            since = idle_since.setdefault(name, now)
+            if 0 < idle_after <= now - since:
+                idle_since.pop(name, None)
+                await self.unload_topic(topic, "idle")
+                await asyncio.sleep(0)  # thousands of topics: never one long stall
+            else:
+                unused.append((since, topic))
+        self._in_use = len(self.topics) - len(unused)
+        if 0 < max_unused < len(unused):
+            unused.sort(key=lambda pair: pair[0])
+            excess = [topic for _since, topic in unused[: len(unused) - max_unused]]
+            for start in range(0, len(excess), UNLOAD_GROUP):
+                # A group at a time, as a relief does: one by one, unloads fell
+                # behind 250 new topics a second and the loaded ones piled up.
+                await asyncio.gather(*(
+                    self._unload_if_unused(topic, "over max_unused_loaded_topics")
+                    for topic in excess[start : start + UNLOAD_GROUP]
+                ))
+                for topic in excess[start : start + UNLOAD_GROUP]:
+                    idle_since.pop(topic.name, None)
+        for name in [n for n in idle_since if n not in self.topics]:
+            del idle_since[name]
 
     async def _retention(self) -> None:
         while True:
             await asyncio.sleep(self.config.retention_check_interval)
-            for topic in list(self.topics.values()):
-                try:
-                    # What the retention policy lets go (topic_policies.py); a trim
-                    # must not take entries a dedup replay would need.
-                    ledger = topic.ledger
-                    marks = [cursor.mark_delete for cursor in ledger.cursors.values()]
-                    consumed = min(marks) + 1 if marks else ledger.next_entry_id
-                    bound = self.topic_policies.retention_bound(topic, consumed)
-                    if bound > ledger.first_entry_id and topic.dedup.enabled:
-                        await topic.dedup.snapshot_now(bound - 1)
-                    removed = await ledger.trim_consumed_async(
-                        functools.partial(self.topic_policies.retention_bound, topic)
-                    )
-                    if removed:
-                        log.info("retention removed %d entries of %s", removed, topic.name)
-                except Exception:
-                    log.exception("retention on %s failed", topic.name)
-                await asyncio.sleep(0)  # thousands of topics: one turn each, not one stall
+            await self._apply_retention()
+
+    async def _apply_retention(self) -> None:
+        # A pass of its own, so that no loop variable holds the last topic (or its
+        # ledger) while the retention task sleeps.
+        for topic in list(self.topics.values()):
+            try:
+                # What the retention policy lets go (topic_policies.py); a trim
+                # must not take entries a dedup replay would need.
+                ledger = topic.ledger
+                marks = [cursor.mark_delete for cursor in ledger.cursors.values()]
+                consumed = min(marks) + 1 if marks else ledger.next_entry_id
+                bound = self.topic_policies.retention_bound(topic, consumed)
+                if bound > ledger.first_entry_id and topic.dedup.enabled:
+                    await topic.dedup.snapshot_now(bound - 1)
+                removed = await ledger.trim_consumed_async(
+                    functools.partial(self.topic_policies.retention_bound, topic)
+                )
+                if removed:
+                    log.info("retention removed %d entries of %s", removed, topic.name)
+            except Exception:
+                log.exception("retention on %s failed", topic.name)
+            await asyncio.sleep(0)  # thousands of topics: one turn each, not one stall
 
     async def _dedup_monitor(self) -> None:
         """Deduplication's periodic work on every topic that has it on: forget
