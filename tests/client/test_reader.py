@@ -99,3 +99,33 @@ async def test_reader_of_a_partitioned_topic(broker, mclient: Client) -> None:  
     assert not await reader.has_message_available()
     with pytest.raises(ValueError):
         await mclient.create_reader(name, MessageId(1, 1))
+
+
+async def test_a_reader_reads_past_the_brokers_bound_on_unacked_entries() -> None:
+    """The broker holds back a consumer with ``max_unacked_per_consumer`` entries
+    unacknowledged; a reader acknowledges what it reads (as the official readers do),
+    so it reads on. Before, it stopped at the bound (50,000 entries by default)."""
+    import uuid
+
+    from magnetar.testing import EmbeddedBroker
+
+    limit = 40
+    single = f"persistent://public/default/rbound-{uuid.uuid4().hex[:8]}"
+    partitioned = f"persistent://public/default/rbound-p-{uuid.uuid4().hex[:8]}"
+    with EmbeddedBroker(max_unacked_per_consumer=limit) as bounded:
+        bounded.create_partitioned_topic(partitioned, 2)
+        async with Client(bounded.service_url) as client:
+            await _produce(client, single, 3 * limit + 5)
+            await _produce(client, partitioned, 5 * limit + 3)
+            reader = await client.create_reader(single, EARLIEST)
+            got = [(await reader.read_next(10)).value for _ in range(2 * limit)]
+            async for msg in reader:  # the iteration acknowledges too
+                got.append(msg.value)
+                if len(got) == 3 * limit + 5:
+                    break
+            assert got == [b"m%d" % i for i in range(3 * limit + 5)]
+            assert not await reader.has_message_available()
+            reader = await client.create_reader(partitioned, EARLIEST)
+            values = sorted([(await reader.read_next(10)).value for _ in range(5 * limit + 3)])
+            assert values == sorted(b"m%d" % i for i in range(5 * limit + 3))
+            assert not await reader.has_message_available()

@@ -347,7 +347,6 @@ class Client:
             schema=schema,
             read_compacted=read_compacted,
             start_message_id_inclusive=start_message_id_inclusive,
-            ack_group_time=0,
             payload_processor=payload_processor,
         )
         consumer = Consumer(self, [topic], conf, start_message_id=start_message_id)

@@ -11,7 +11,12 @@ from magnetar.protocol.message_id import MessageId
 
 
 class Reader:
-    """Reads a topic from ``start_message_id`` on, without acknowledging anything."""
+    """Reads a topic from ``start_message_id`` on.
+
+    What it reads it acknowledges cumulatively, as the official readers do: its
+    subscription is non-durable (nothing is kept for it), but the broker holds back a
+    consumer with ``max_unacked_per_consumer`` entries unacknowledged, and a reader that
+    acknowledged nothing stopped there (50,000 entries by default)."""
 
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
@@ -26,7 +31,9 @@ class Reader:
 
     async def read_next(self, timeout: float | None = None) -> Message:
         """The next message; waits up to ``timeout`` seconds (forever if ``None``)."""
-        return await self._consumer.receive(timeout)
+        message = await self._consumer.receive(timeout)
+        await self._consumer.acknowledge_cumulative(message)
+        return message
 
     async def has_message_available(self) -> bool:
         """Whether a message after the last one read exists (asks the broker)."""
@@ -50,7 +57,7 @@ class Reader:
 
     async def __anext__(self) -> Message:
         try:
-            return await self._consumer.receive()
+            return await self.read_next()
         except AlreadyClosed:
             raise StopAsyncIteration from None
 
