@@ -164,9 +164,11 @@ class ReplyRouter:
         # A batch's messages carry consecutive sequence ids from the batch's first.
         sequence_id = info.sequence_id + (batch_index if batch_index > 0 else 0)
         producer = topic.producers.get(requester)
-        if producer is not None and producer.cnx.alive and self._may_receive(producer, role):
+        if producer is not None:
             cnx = producer.cnx
-            if cnx.supports_request_reply:  # the common case, without a _Reply
+            if cnx.alive and cnx.supports_request_reply and (
+                role is None or cnx.role == role  # (role: authentication on, see above)
+            ):  # the common case, without a _Reply
                 cnx.write(encode_request_receipt(
                     producer.producer_id, topic.message_id_bytes(position, batch_index),
                     ack.reply_is_error, body, sequence_id,

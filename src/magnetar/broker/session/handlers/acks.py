@@ -79,8 +79,14 @@ def _apply(cnx: Session, consumer: Consumer, ack: pb.CommandAck, entry_ids: list
     if ack.ack_type == pb.CommandAck.Cumulative:
         if entry_ids[0] >= 0:
             sub.ack_cumulative(consumer, entry_ids[0])
-    elif entry_ids:
-        sub.ack_individual(consumer, entry_ids)
+    else:
+        if entry_ids:
+            sub.ack_individual(consumer, entry_ids)
+        if len(entry_ids) == len(ack.message_id):
+            # Every id named a whole stored entry (_entries_to_ack leaves out those of
+            # part of a batch): there is no partial ack to look for. A reply's ack, and
+            # most grouped ones, end here.
+            return
     if batch_acks.enabled(cnx):
         # After the whole-entry part: a cumulative ack acks up to the entry before.
         partial = batch_acks.partial_acks(sub.topic, ack)
@@ -107,9 +113,14 @@ def _entries_to_ack(sub: Subscription, ack: pb.CommandAck) -> list[int]:
             raise AckRefused(f"cannot ack past the end of {topic.name}")
         return [entry_id]
     last = topic.last_visible_entry_id
+    mids = ack.message_id
+    if len(mids) == 1:  # a reply's ack (one per request), without a comprehension
+        mid = mids[0]
+        position = None if partial_batch(mid) else topic.exact_entry_id(mid.ledgerId, mid.entryId)
+        return [] if position is None or position > last else [position]
     return [
         position
-        for mid in ack.message_id
+        for mid in mids
         if not partial_batch(mid)
         and (position := topic.exact_entry_id(mid.ledgerId, mid.entryId)) is not None
         and position <= last
