@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import tracemalloc
 
 import pytest
 
@@ -127,3 +128,99 @@ def test_build_entry_matches_payload_command_body() -> None:
     entry = build_entry(md, b"x")
     assert entry[:2] == b"\x0e\x01"
     assert parse_payload(entry).payload == b"x"
+
+
+# ---------------------------------------------------------------- large frames in pieces
+
+
+def _cuts(data: bytes, sizes: list[int]) -> list[bytes]:
+    """``data`` in pieces of ``sizes`` (repeated), as reads would bring it."""
+    pieces, pos, i = [], 0, 0
+    while pos < len(data):
+        pieces.append(data[pos : pos + sizes[i % len(sizes)]])
+        pos += sizes[i % len(sizes)]
+        i += 1
+    return pieces
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [[65536], [65536, 44540], [7, 65536], [3], [9, 100_000], [20_000, 1, 2, 70_000], [300_000]],
+)
+def test_large_frames_in_pieces_come_out_whole_and_in_order(sizes: list[int]) -> None:
+    big = [send_frame(bytes([i]) * (40_000 + 30_000 * i)) for i in range(4)]
+    stream = big[0] + encode_command(ping()) + big[1] + big[2] + send_frame(b"small") + big[3]
+    decoder = FrameDecoder()
+    frames = []
+    for piece in _cuts(stream, sizes):
+        frames += decoder.feed(piece)
+        # What it holds is what came of the frame it has not finished, never more.
+        assert decoder.buffered < 4 + max(len(b) for b in big)
+    assert [f.command.type for f in frames] == [BaseCommand.SEND, BaseCommand.PING] + [
+        BaseCommand.SEND
+    ] * 4
+    sends = [f for f in frames if f.command.type == BaseCommand.SEND]
+    expected = [big[0], big[1], big[2], send_frame(b"small"), big[3]]
+    for frame, whole in zip(sends, expected, strict=True):
+        assert type(frame.body) is bytes
+        assert frame.body == FrameDecoder().feed(whole)[0].body
+        assert parse_payload(frame.body).has_checksum  # the CRC still holds
+    assert decoder.buffered == 0 and decoder.partial_size is None
+
+
+def test_a_large_partial_frame_reports_its_size_and_what_came() -> None:
+    frame = send_frame(b"z" * 100_000)
+    decoder = FrameDecoder()
+    assert decoder.feed(encode_command(ping()) + frame[:30_000])[0].command.type == BaseCommand.PING
+    assert decoder.partial_size == len(frame)
+    assert decoder.buffered == 30_000
+    assert decoder.feed(frame[30_000:50_000]) == []
+    assert decoder.buffered == 50_000
+    (whole,) = decoder.feed(frame[50_000:])
+    assert parse_payload(whole.body).payload == b"z" * 100_000
+    assert decoder.buffered == 0 and decoder.partial_size is None
+
+
+def test_a_large_frame_whose_command_size_does_not_fit_is_malformed_when_whole() -> None:
+    decoder = FrameDecoder()
+    bad = struct.pack(">II", 50_000, 60_000) + b"\x00" * (50_000 - 4)
+    assert decoder.feed(bad[:20_000]) == []
+    with pytest.raises(MalformedFrame, match="does not fit"):
+        decoder.feed(bad[20_000:])
+    assert decoder.buffered == 0  # a broken stream is dropped, not kept
+
+
+def test_a_large_frame_is_joined_once_not_copied_as_it_grows() -> None:
+    # The pieces of a 1 MB frame are held as they came and its body is made once at the
+    # end: the decoder's own allocations peak at about the body. (Growing a buffer with
+    # each piece and then copying the body out of it peaked at twice that and more.)
+    frame = send_frame(b"q" * 1_000_000)
+    pieces = _cuts(frame, [65536])
+    decoder = FrameDecoder()
+    tracemalloc.start()
+    try:
+        frames = []
+        for piece in pieces:
+            frames += decoder.feed(piece)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(frames) == 1 and len(frames[0].body) > 1_000_000
+    assert peak < 1.3 * len(frame)
+
+
+def test_a_large_partial_frame_pins_at_most_twice_what_it_counts() -> None:
+    # Its first piece at the end of a large read is copied rather than viewed (a view
+    # would hold the whole read), and bytearray pieces are copied (a view would stop
+    # their owner from resizing them).
+    frame = send_frame(b"v" * 60_000)
+    read = send_frame(b"w" * 200_000) + frame[:20_000]
+    decoder = FrameDecoder()
+    assert len(decoder.feed(read)) == 1
+    assert decoder.buffered == 20_000
+    del read
+    reused = bytearray(frame[20_000:40_000])
+    assert decoder.feed(reused) == []
+    reused.clear()  # no BufferError: the decoder holds no view of it
+    (whole,) = decoder.feed(frame[40_000:])
+    assert parse_payload(whole.body).payload == b"v" * 60_000
