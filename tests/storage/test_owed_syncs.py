@@ -3,6 +3,10 @@ in it is promised: its first sync, a cursor, an explicit ``make_durable``."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import os
+import stat
 import threading
 from pathlib import Path
 
@@ -166,3 +170,23 @@ async def test_the_first_cursor_of_a_settled_topic_makes_its_directory_durable(
         assert [call for call, _, _ in calls if call == "fsync_dir"] == []
     finally:
         await reopened.close()
+
+
+async def test_where_a_directory_cannot_be_locked_a_lock_file_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_flock = fcntl.flock
+
+    def flock_files_only(fd: int, operation: int) -> None:  # as NFS, for a read-only fd
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(ledger_module.fcntl, "flock", flock_files_only)
+    directory = tmp_path / "topic"
+    ledger = ManagedLedger.open(directory, LedgerConfig())
+    try:
+        assert (directory / "lock").exists()
+        with pytest.raises(StorageError, match="already open"):
+            ManagedLedger.open(directory, LedgerConfig())
+    finally:
+        await ledger.close()

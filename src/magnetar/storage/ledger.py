@@ -83,13 +83,23 @@ def _lock_directory(directory: Path) -> int:
 
     The flock is on the directory itself, not on a file in it: creating a topic makes
     one inode less (on an ext4 whose inode tables hold many recently deleted inodes,
-    as after topics were deleted, each new inode cost 35-60 us of system CPU here)."""
+    as after topics were deleted, each new inode cost 35-60 us of system CPU here).
+    Where a directory cannot be locked (NFS turns flock into a write lock, which a
+    read-only descriptor cannot take), the lock file ``lock`` is used instead."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise StorageError(f"{directory} is already open by another ledger") from None
+    except OSError:
+        os.close(fd)
+        fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StorageError(f"{directory} is already open by another ledger") from None
     return fd
 
 
