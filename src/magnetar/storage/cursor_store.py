@@ -1,8 +1,9 @@
 """The cursor store of a ledger: the ``cursors/`` directory and the opened cursors.
 
 Owns opening (loading or creating), deleting, listing and flushing the cursors of
-one topic, the lowest durable mark-delete position for trimming, and rewinding
-cursors that acknowledged past the end of the log.  A flush is either synchronous
+one topic (``cursors/`` is made with the first cursor: a topic nobody subscribes to
+costs no directory), the lowest durable mark-delete position for trimming, and
+rewinding cursors that acknowledged past the end of the log.  A flush is either synchronous
 (``flush``) or split in two: ``snapshots`` on the loop and ``write_snapshots`` on a
 worker thread (see ``cursor.py``).
 """
@@ -10,7 +11,7 @@ worker thread (see ``cursor.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
 from pathlib import Path
 
 from magnetar.storage.cursor import (
@@ -20,20 +21,22 @@ from magnetar.storage.cursor import (
     cursor_path,
 )
 from magnetar.storage.fsutil import fsync_dir
+from magnetar.storage.owed_syncs import OwedSyncs
 
 logger = logging.getLogger("magnetar.storage")
 
 
 class CursorStore:
-    def __init__(self, owner: Path, directory: Path,
-                 before_create: Callable[[], None] | None = None) -> None:
+    def __init__(self, owner: Path, directory: Path, owed: OwedSyncs | None = None) -> None:
         """``owner`` names the ledger in log messages; ``directory`` holds the files;
-        ``before_create`` runs before a new cursor is written (a new ledger settles
-        the fsyncs its directories owe: the subscription is durable once created)."""
+        ``owed`` is settled before a new cursor is written (a new ledger's directory
+        fsyncs, and that of ``directory`` itself when this made it: the subscription
+        is durable once created)."""
         self._owner = owner
-        self._before_create = before_create
+        self._owed = owed if owed is not None else OwedSyncs()
         self.directory = directory
         self.cursors: dict[str, ManagedCursor] = {}
+        self._directory_made = False  # known to exist, durably
 
     def path(self, name: str) -> Path:
         return cursor_path(self.directory, name)
@@ -47,13 +50,26 @@ class CursorStore:
         if path.exists():
             cursor = ManagedCursor.load(path)
         else:
-            if self._before_create is not None:
-                self._before_create()
+            self._make_directory()
+            self._owed.settle()
             cursor = ManagedCursor(name, path, initial_mark_delete)
             cursor.dirty = True
             cursor.flush()
         self.cursors[name] = cursor
         return cursor
+
+    def _make_directory(self) -> None:
+        """Create ``cursors/`` unless it exists; its entry is owed to the disk until
+        the settlement that precedes the cursor's write."""
+        if self._directory_made:
+            return
+        try:
+            os.mkdir(self.directory)
+        except FileExistsError:
+            pass
+        else:
+            self._owed.owe_dir(self.directory.parent)
+        self._directory_made = True
 
     def durable_marks(self) -> list[int]:
         """The mark-delete positions of every cursor, opened or only on disk, after
@@ -96,8 +112,12 @@ class CursorStore:
 
     def persisted_names(self) -> list[str]:
         """Names of the cursors on disk."""
-        names = []
-        for path in sorted(self.directory.iterdir()):
+        names: list[str] = []
+        try:
+            paths = sorted(self.directory.iterdir())
+        except FileNotFoundError:  # no cursor was ever created
+            return names
+        for path in paths:
             name = cursor_name_from_file(path.name)
             if name is not None:
                 names.append(name)

@@ -79,13 +79,27 @@ def _fdatasync(fd: int) -> None:
 
 
 def _lock_directory(directory: Path) -> int:
-    """Hold an exclusive lock so two ledgers (or processes) never write one directory."""
-    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    """Hold an exclusive lock so two ledgers (or processes) never write one directory.
+
+    The flock is on the directory itself, not on a file in it: creating a topic makes
+    one inode less (on an ext4 whose inode tables hold many recently deleted inodes,
+    as after topics were deleted, each new inode cost 35-60 us of system CPU here).
+    Where a directory cannot be locked (NFS turns flock into a write lock, which a
+    read-only descriptor cannot take), the lock file ``lock`` is used instead."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise StorageError(f"{directory} is already open by another ledger") from None
+    except OSError:
+        os.close(fd)
+        fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StorageError(f"{directory} is already open by another ledger") from None
     return fd
 
 
@@ -121,8 +135,9 @@ class ManagedLedger:
         owed = OwedSyncs()
         try:
             segments = recover_segments(directory / "ledger", owed)
-            (directory / "cursors").mkdir(exist_ok=True)
-            if owed.owed:  # a new ledger: its ledger/ and cursors/ entries too
+            # (cursors/ is made with the first cursor: a topic only produced to never
+            # has one.)
+            if owed.owed:  # a new ledger: its ledger/ entry too
                 owed.owe_dir(directory)
         except BaseException:
             os.close(lock_fd)
@@ -162,8 +177,7 @@ class ManagedLedger:
             self._sync_load, _fdatasync, self.owed_syncs,
         )
         self._executor = executor
-        self._cursors = CursorStore(directory, directory / "cursors",
-                                    before_create=self.owed_syncs.settle)
+        self._cursors = CursorStore(directory, directory / "cursors", self.owed_syncs)
         self._read_ahead = ReadAhead()
         self.cursors: dict[str, ManagedCursor] = self._cursors.cursors
         self._cursor_job: asyncio.Future[list[tuple[str, Exception]]] | None = None

@@ -1,16 +1,17 @@
 """The fsyncs a new topic's files still owe the disk: ``OwedSyncs``.
 
-Creating a topic makes directories and files (the topic's directory with ``ledger/``,
-``cursors/`` and the metadata file; the first segment and the synced-offset record in
-``ledger/``), and a name is durable only once the directory holding it is fsynced.
-Nothing of a topic has to survive a machine crash before something in it is promised:
-a send receipt (the first sync of its log), a subscription (its cursor's creation), an
-admin's explicit creation. So creating a topic leaves those fsyncs owed, and the first
-such promise settles them on the thread that makes it (the first sync's worker, in the
-same job as the segment's fdatasync): a producer attaching to a new topic waits for no
-fsync, and a topic nobody writes to never pays them (three per topic, 0.3-2.5 ms each
-on the development VM). The metadata file itself is written at settlement (tmp file,
-fsync, rename, fsync of the topic directory), unless the topic saved it meanwhile.
+Creating a topic makes directories and files (the topic's directory with ``ledger/``
+and the metadata file, and ``cursors/`` with its first cursor; the first segment and
+the synced-offset record in ``ledger/``), and a name is durable only once the
+directory holding it is fsynced. Nothing of a topic has to survive a machine crash
+before something in it is promised: a send receipt (the first sync of its log), a
+subscription (its cursor's creation), an admin's explicit creation. So creating a
+topic leaves those fsyncs owed, and the first such promise settles them on the thread
+that makes it (the first sync's worker, in the same job as the segment's fdatasync):
+a producer attaching to a new topic waits for no fsync, and a topic nobody writes to
+never pays them (three per topic, 0.3-2.5 ms each on the development VM). The
+metadata file itself is written at settlement (tmp file, fsync, rename, fsync of the
+topic directory), unless the topic saved it meanwhile.
 
 A process crash before settlement leaves the topic without its metadata file: a topic
 with no metadata loads with the defaults, and nothing in it was acknowledged.

@@ -48,6 +48,7 @@ from typing import Any
 from magnetar.storage.cache import EntryCache
 from magnetar.storage.errors import LedgerClosed, LedgerFailed, StorageError
 from magnetar.storage.fsutil import preallocate, pwritev_all
+from magnetar.storage.grouped_syncs import sync_groups
 from magnetar.storage.job_threads import DISK_JOBS
 from magnetar.storage.ledger_config import LedgerConfig, LedgerStats
 from magnetar.storage.owed_syncs import OwedSyncs
@@ -323,7 +324,13 @@ class WritePipeline:
                 self._sync_inline(written)
                 return
             active = self._segments.active
-            job = self._run_job(self._jobs.sync, active.fd)
+            if self._executor is None and \
+                    self._sync_load.mean_seconds <= self.config.inline_sync_max_seconds:
+                # With the other ledgers' syncs of this loop turn, while syncs are fast
+                # (a group waits for its slowest member): see grouped_syncs.py.
+                job = sync_groups(self._loop).run(self._jobs.sync, active.fd)
+            else:
+                job = self._run_job(self._jobs.sync, active.fd)
             job.add_done_callback(functools.partial(
                 self._on_sync_done, written, (active.first_entry_id, active.size)))
         else:
