@@ -24,71 +24,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import weakref
-from collections.abc import Callable
-from typing import Any
 
 from magnetar.storage.job_threads import DISK_JOBS, JobThreads
+from magnetar.storage.turn_batches import TurnBatches, run_calls
 
 GROUP_MAX = 8  # syncs in one job: the last waits for up to seven fdatasyncs before it
 
-Job = tuple[Callable[..., Any], tuple[Any, ...]]
 
-
-def _run_all(jobs: list[Job]) -> list[tuple[Any, BaseException | None]]:
-    """Worker thread: each job in turn; what each returned or raised."""
-    outcomes: list[tuple[Any, BaseException | None]] = []
-    for fn, args in jobs:
-        try:
-            outcomes.append((fn(*args), None))
-        except Exception as exc:
-            outcomes.append((None, exc))
-    return outcomes
-
-
-class SyncGroups:
-    """The grouped jobs of the ledgers on one loop (loop thread)."""
+class SyncGroups(TurnBatches):
+    """The grouped sync jobs of the ledgers on one loop, on ``threads`` (loop thread)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, threads: JobThreads = DISK_JOBS,
                  group_max: int = GROUP_MAX) -> None:
-        self._loop = loop
-        self._threads = threads
-        self._group_max = group_max
-        self._due: list[tuple[asyncio.Future[Any], Job]] = []
-
-    def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        """``fn(*args)`` on a disk-job thread with the others of this loop turn; the
-        future gets its result or exception."""
-        future: asyncio.Future[Any] = self._loop.create_future()
-        if not self._due:
-            self._loop.call_soon(self._start)
-        self._due.append((future, (fn, args)))
-        return future
-
-    def _start(self) -> None:
-        due, self._due = self._due, []
-        size = self._group_max
-        for start in range(0, len(due), size):
-            group = due[start : start + size]
-            job = self._threads.run(self._loop, _run_all, [job for _, job in group])
-            job.add_done_callback(functools.partial(_settle, [future for future, _ in group]))
-
-
-def _settle(futures: list[asyncio.Future[Any]],
-            job: asyncio.Future[list[tuple[Any, BaseException | None]]]) -> None:
-    if job.cancelled():
-        outcomes: list[tuple[Any, BaseException | None]] = [
-            (None, asyncio.CancelledError())] * len(futures)
-    elif job.exception() is not None:
-        outcomes = [(None, job.exception())] * len(futures)
-    else:
-        outcomes = job.result()
-    for future, (result, error) in zip(futures, outcomes, strict=True):
-        if future.done():
-            continue
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
+        super().__init__(loop, functools.partial(threads.run, loop, run_calls), group_max)
 
 
 _groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SyncGroups]

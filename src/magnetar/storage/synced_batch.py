@@ -11,67 +11,39 @@ loop go to a worker together, and come back in one call.
 from __future__ import annotations
 
 import asyncio
-import functools
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor
+
+from magnetar.storage.turn_batches import Call, Outcome, TurnBatches, run_calls
 
 Write = Callable[[], None]
 
 
 def _write_all(writes: list[Write]) -> list[BaseException | None]:
     """Worker thread: each write in turn; what each raised."""
-    outcomes: list[BaseException | None] = []
-    for write in writes:
-        try:
-            write()
-        except Exception as exc:
-            outcomes.append(exc)
-        else:
-            outcomes.append(None)
-    return outcomes
+    return [error for _, error in run_calls([(write, ()) for write in writes])]
 
 
-class RecordBatch:
-    """The record writes of the ledgers on one loop and executor (loop thread)."""
+def _write_job(calls: list[Call]) -> list[Outcome]:
+    return [(None, error) for error in _write_all([write for write, _ in calls])]
+
+
+class RecordBatch(TurnBatches):
+    """The record writes of the ledgers on one loop and executor (loop thread): one
+    job a turn."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, executor: Executor | None) -> None:
-        self._loop = loop
+        super().__init__(loop, self._start_write_job)
         self._executor = executor
-        self._due: list[tuple[Write, asyncio.Future[None]]] = []
+
+    def _start_write_job(self, calls: list[Call]) -> asyncio.Future[list[Outcome]]:
+        return self._loop.run_in_executor(self._executor, _write_job, calls)
 
     def submit(self, write: Write) -> asyncio.Future[None]:
         """Run ``write`` on a worker with the others of this loop turn; the future is
         done when it is."""
-        future: asyncio.Future[None] = self._loop.create_future()
-        if not self._due:
-            self._loop.call_soon(self._start)
-        self._due.append((write, future))
-        return future
-
-    def _start(self) -> None:
-        due, self._due = self._due, []
-        job = self._loop.run_in_executor(
-            self._executor, _write_all, [write for write, _ in due]
-        )
-        job.add_done_callback(functools.partial(_finish, [future for _, future in due]))
-
-
-def _finish(futures: list[asyncio.Future[None]], job: asyncio.Future[list[BaseException | None]]
-            ) -> None:
-    if job.cancelled():
-        outcomes: list[BaseException | None] = [asyncio.CancelledError()] * len(futures)
-    elif job.exception() is not None:  # the executor refused the job (shut down)
-        outcomes = [job.exception()] * len(futures)
-    else:
-        outcomes = job.result()
-    for future, outcome in zip(futures, outcomes, strict=True):
-        if future.done():
-            continue
-        if outcome is None:
-            future.set_result(None)
-        else:
-            future.set_exception(outcome)
+        return self.run(write)
 
 
 _batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Executor | None, RecordBatch]]
