@@ -88,19 +88,23 @@ def _lock_directory(directory: Path) -> int:
     read-only descriptor cannot take), the lock file ``lock`` is used instead."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        _flock(fd, directory)
+    except OSError:  # not lockable here (taken by another ledger is a StorageError)
+        fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        _flock(fd, directory)
+    return fd
+
+
+def _flock(fd: int, directory: Path) -> None:
+    """Lock ``fd`` exclusively, or close it and raise."""
+    try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise StorageError(f"{directory} is already open by another ledger") from None
     except OSError:
         os.close(fd)
-        fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StorageError(f"{directory} is already open by another ledger") from None
-    return fd
+        raise
 
 
 class ManagedLedger:
