@@ -94,3 +94,25 @@ def test_partitioned_registry(store: Store) -> None:
     assert store.list_topics() == []  # the registry is not a topic
     with pytest.raises(ValueError):
         store.set_partitions("persistent://public/default/p", -1)
+
+
+def test_partitioned_registry_after_a_namespace_was_listed(tmp_path: Path) -> None:
+    """A namespace's registry is listed on the first question about it; what the
+    store writes or deletes afterwards, and what an earlier store left, is still seen."""
+    root = tmp_path / "data"
+    Store(root, LedgerConfig()).set_partitions("persistent://t/ns/earlier", 3)
+    store = Store(root, LedgerConfig())
+    assert store.get_partitions("persistent://t/ns/unknown") is None  # lists t/ns
+    assert store.get_partitions("persistent://t/ns/earlier") == 3
+    assert store.get_partitions("persistent://t/ns/a/b") is None
+    store.set_partitions("persistent://t/ns/a/b", 2)
+    store._partitions.clear()  # forget the counts; the listing stays
+    assert store.get_partitions("persistent://t/ns/a/b") == 2
+    store.delete_partitioned("persistent://t/ns/earlier")
+    store.set_partitions("persistent://t/ns/earlier", 5)
+    store._partitions.clear()
+    assert store.get_partitions("persistent://t/ns/earlier") == 5
+    store.delete_partitioned("persistent://t/ns/earlier")
+    store._partitions.clear()
+    assert store.get_partitions("persistent://t/ns/earlier") is None
+    assert Store(root, LedgerConfig()).list_partitioned() == {"persistent://t/ns/a/b": 2}
