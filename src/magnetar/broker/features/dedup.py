@@ -42,6 +42,8 @@ from magnetar.storage.dedup_snapshot import (
 from magnetar.storage.errors import StorageCorruption
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from magnetar.storage import ManagedLedger
 
 log = logging.getLogger("magnetar.broker.dedup")
@@ -193,7 +195,6 @@ class MessageDeduplication:
         self.loop = loop
         self.clock_ms = clock_ms
         self.settings = settings or DedupSettings()
-        self.path = snapshot_path(ledger.directory)
         self.enabled = False  # a plain attribute: read on every SEND
         self.tracker: SequenceTracker | None = None
         self.duplicates = 0  # answered as duplicates (receipt -1:-1)
@@ -205,6 +206,12 @@ class MessageDeduplication:
         self._writing: asyncio.Future[None] | None = None
         self._again = False  # a snapshot was due while one was being written
         self._closed = False
+
+    @property
+    def path(self) -> Path:
+        """The topic's snapshot file (a property: a topic without deduplication, most
+        of them, never builds it)."""
+        return snapshot_path(self.ledger.directory)
 
     @property
     def status(self) -> str:
