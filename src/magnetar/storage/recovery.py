@@ -176,6 +176,30 @@ def _unlink_segment(path: Path) -> None:
     path.unlink()
 
 
+def _first_segment(directory: Path, owed: OwedSyncs | None) -> Segment:
+    """Create segment 0 in ``directory``, which holds none: see ``recover_segments``."""
+    path = segment_path(directory, 0)
+    fd = create_segment_file(path)
+    try:
+        if owed is None:
+            fsync_dir(directory)
+        else:
+            create_empty_record(directory)
+            owed.owe_dir(directory)
+    except BaseException:
+        os.close(fd)
+        raise
+    return Segment(path, 0, fd)
+
+
+def new_ledger(directory: Path, owed: OwedSyncs | None = None) -> list[Segment]:
+    """The segments of a ledger whose topic directory the caller has just made:
+    ``directory`` is created (it must not exist) with the first segment, as
+    ``recover_segments`` would, without listing or reading anything."""
+    os.mkdir(directory)
+    return [_first_segment(directory, owed)]
+
+
 def recover_segments(directory: Path, owed: OwedSyncs | None = None) -> list[Segment]:
     """Open every segment in ``directory`` (creating the first one if there is none).
 
@@ -197,18 +221,7 @@ def recover_segments(directory: Path, owed: OwedSyncs | None = None) -> list[Seg
     found.sort()
     removed = _remove_stray_indexes(directory, {first for first, _ in found})
     if not found:
-        path = segment_path(directory, 0)
-        fd = create_segment_file(path)
-        try:
-            if owed is None:
-                fsync_dir(directory)
-            else:
-                create_empty_record(directory)
-                owed.owe_dir(directory)
-        except BaseException:
-            os.close(fd)
-            raise
-        return [Segment(path, 0, fd)]
+        return [_first_segment(directory, owed)]
 
     synced = read_synced_offset(directory)
     last_first = found[-1][0]

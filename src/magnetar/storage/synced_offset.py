@@ -91,9 +91,11 @@ def remove_synced_offset(directory: Path) -> bool:
 class SyncedOffsetWriter:
     """Writes the record; one write at a time, from a worker thread or the loop."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, empty: bool = False) -> None:
+        """``empty``: the file is known to hold no record (made by a new ledger's
+        ``create_empty_record``), so it is not read."""
         self.path = directory / FILE_NAME
-        current = read_synced_offset(directory)
+        current = None if empty else read_synced_offset(directory)
         self._seq = current.seq if current is not None else 0
         self._fd = -1
         self._lock = threading.Lock()
@@ -132,9 +134,9 @@ class SyncedOffsetRecorder:
     """
 
     def __init__(self, owner: Path, directory: Path, interval: float,
-                 executor: Executor | None) -> None:
+                 executor: Executor | None, empty: bool = False) -> None:
         self._owner = owner  # the ledger, for messages
-        self._writer = SyncedOffsetWriter(directory)
+        self._writer = SyncedOffsetWriter(directory, empty)
         self._interval = interval
         self._executor = executor
         self._position: tuple[int, int] | None = None  # covered by the latest sync

@@ -79,7 +79,9 @@ class WritePipeline:
     def __init__(self, directory: Path, config: LedgerConfig, segments: SegmentSet,
                  cache: EntryCache, stats: LedgerStats, executor: Executor | None,
                  sync_load: SyncLoad, fdatasync: Callable[[int], None],
-                 owed: OwedSyncs | None = None) -> None:
+                 owed: OwedSyncs | None = None, fresh: bool = False) -> None:
+        """``fresh``: the ledger was made by this open (its synced-offset record is
+        new and empty)."""
         self.directory = directory  # the ledger's, for messages
         self.config = config
         self.stats = stats
@@ -116,7 +118,7 @@ class WritePipeline:
         self._timer: asyncio.TimerHandle | None = None
         self._interval_due = False
         self._recorder = SyncedOffsetRecorder(
-            directory, self._ledger_dir, config.synced_record_interval, executor
+            directory, self._ledger_dir, config.synced_record_interval, executor, fresh
         )
 
     # ---------------------------------------------------------------- appending
