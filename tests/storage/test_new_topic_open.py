@@ -21,11 +21,13 @@ async def test_a_new_directory_opens_fresh_and_reopens_with_its_entries(
     ledger = ManagedLedger.open(directory, LedgerConfig())
     try:
         assert ledger.fresh and ledger.created
-        assert sorted(p.name for p in (directory / "ledger").iterdir()) == [
-            "00000000000000000000.seg", "synced"]
+        # The synced-offset record is made by the first sync (owed_syncs.py).
+        assert [p.name for p in (directory / "ledger").iterdir()] == [
+            "00000000000000000000.seg"]
         ledger.append(b"one")
         ledger.append(b"two")
         await ledger.flush()
+        assert (directory / "ledger" / "synced").exists()
     finally:
         await ledger.close()
     reopened = ManagedLedger.open(directory, LedgerConfig())
@@ -133,3 +135,20 @@ async def test_store_reads_the_metadata_of_an_existing_directory_only(
         assert metadata.path == store.topic_dir(fresh_topic) / METADATA_FILE
     finally:
         await fresh.close()
+
+
+async def test_a_topic_left_before_its_first_sync_loads_and_makes_its_record(
+        tmp_path: Path) -> None:
+    # Killed before anything settled: a segment, no synced-offset record yet.
+    directory = tmp_path / "topic"
+    ManagedLedger.open(directory, LedgerConfig()).abort()
+    assert not (directory / "ledger" / "synced").exists()
+    reopened = ManagedLedger.open(directory, LedgerConfig(synced_record_interval=0))
+    try:
+        assert not reopened.fresh and not reopened.created
+        reopened.append(b"x")
+        await reopened.flush()
+    finally:
+        await reopened.close()  # its record writer makes the file
+    record = read_synced_offset(directory / "ledger")
+    assert record is not None and record.segment_first_entry_id == 0 and record.offset > 0

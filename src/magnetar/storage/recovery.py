@@ -39,7 +39,8 @@ from magnetar.storage.segment import Segment, parse_segment_name, scan_file, seg
 from magnetar.storage.segment_index import SUFFIX as INDEX_SUFFIX
 from magnetar.storage.segment_index import TMP_SUFFIX as INDEX_TMP_SUFFIX
 from magnetar.storage.segment_index import SegmentIndex, index_path, read_index, write_index
-from magnetar.storage.synced_offset import create_empty_record, read_synced_offset
+from magnetar.storage.synced_offset import FILE_NAME as SYNCED_FILE
+from magnetar.storage.synced_offset import read_synced_offset
 
 logger = logging.getLogger("magnetar.storage")
 
@@ -183,9 +184,8 @@ def _first_segment(directory: Path, owed: OwedSyncs | None) -> Segment:
     try:
         if owed is None:
             fsync_dir(directory)
-        else:
-            create_empty_record(directory)
-            owed.owe_dir(directory)
+        else:  # the empty synced-offset record is made when owed settles
+            owed.owe_file(directory / SYNCED_FILE, directory)
     except BaseException:
         os.close(fd)
         raise
@@ -204,8 +204,8 @@ def recover_segments(directory: Path, owed: OwedSyncs | None = None) -> list[Seg
     """Open every segment in ``directory`` (creating the first one if there is none).
 
     A first segment created here is durable at once, or, with ``owed``, once ``owed``
-    is settled (the synced-offset record is created beside it then, so that its first
-    write needs no fsync of the directory of its own).
+    is settled (the synced-offset record is created beside it then, empty, so that its
+    first write needs no fsync of the directory of its own).
 
     Returns the segments oldest first; the last one is open for appending, the
     sealed ones are not open (their reads open them, see ``segment_files.py``).

@@ -72,13 +72,6 @@ def read_synced_offset(directory: Path) -> SyncedOffset | None:
     return max(intact, key=lambda slot: slot.seq) if intact else None
 
 
-def create_empty_record(directory: Path) -> None:
-    """Create the file with no record in it (a new ledger's, made durable by the
-    fsync of ``directory`` its creator owes anyway): the first write then has no
-    directory entry to fsync."""
-    os.close(os.open(directory / FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
-
-
 def remove_synced_offset(directory: Path) -> bool:
     """Delete the record (the caller fsyncs the directory); True if there was one."""
     try:
@@ -92,8 +85,9 @@ class SyncedOffsetWriter:
     """Writes the record; one write at a time, from a worker thread or the loop."""
 
     def __init__(self, directory: Path, empty: bool = False) -> None:
-        """``empty``: the file is known to hold no record (made by a new ledger's
-        ``create_empty_record``), so it is not read."""
+        """``empty``: the file is known to hold no record (a new ledger's, made empty
+        when what its ledger owes the disk settles: see owed_syncs.py), so it is not
+        read."""
         self.path = directory / FILE_NAME
         current = None if empty else read_synced_offset(directory)
         self._seq = current.seq if current is not None else 0
