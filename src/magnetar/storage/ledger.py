@@ -146,7 +146,8 @@ class ManagedLedger:
         ``config.max_open_segment_files`` for this ledger alone).
         May run on a worker thread: nothing shared is touched before the first append.
         """
-        directory = Path(directory)
+        if not isinstance(directory, Path):  # (Path of a Path parses it again)
+            directory = Path(directory)
         fresh = _make_directory(directory)
         lock_fd = _lock_directory(directory)
         # A new ledger's directory entries become durable with its first sync (or

@@ -44,12 +44,12 @@ class OwedSyncs:
         self._files: list[str] = []
         self._write: tuple[Path, bytes] | None = None
 
-    def owe_file(self, path: Path, directory: Path) -> None:
+    def owe_file(self, path: str, directory: Path) -> None:
         """``path`` (in ``directory``) must exist, durably, empty unless it exists: it
         is created at settlement, before ``directory``'s fsync (a topic never written
         to never makes it)."""
         with self._lock:
-            self._files.append(str(path))
+            self._files.append(path)
             if str(directory) not in self._dirs:
                 self._dirs.append(str(directory))
             self.owed = True

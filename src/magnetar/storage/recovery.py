@@ -185,7 +185,7 @@ def _first_segment(directory: Path, owed: OwedSyncs | None) -> Segment:
         if owed is None:
             fsync_dir(directory)
         else:  # the empty synced-offset record is made when owed settles
-            owed.owe_file(directory / SYNCED_FILE, directory)
+            owed.owe_file(os.path.join(directory, SYNCED_FILE), directory)
     except BaseException:
         os.close(fd)
         raise

@@ -88,7 +88,7 @@ class SyncedOffsetWriter:
         """``empty``: the file is known to hold no record (a new ledger's, made empty
         when what its ledger owes the disk settles: see owed_syncs.py), so it is not
         read."""
-        self.path = directory / FILE_NAME
+        self._directory = directory
         current = None if empty else read_synced_offset(directory)
         self._seq = current.seq if current is not None else 0
         self._fd = -1
@@ -101,11 +101,12 @@ class SyncedOffsetWriter:
         with self._lock:
             if self._closed:
                 return
-            if self._fd < 0:
-                created = not self.path.exists()
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            if self._fd < 0:  # its path is made here: most topics' ledgers never write
+                path = os.path.join(self._directory, FILE_NAME)
+                created = not os.path.exists(path)
+                self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
                 if created:
-                    fsync_dir(self.path.parent)
+                    fsync_dir(self._directory)
             self._seq += 1
             slot = _encode(self._seq, segment_first_entry_id, offset)
             os.pwrite(self._fd, slot, (self._seq % 2) * _STRIDE)

@@ -93,7 +93,7 @@ class WritePipeline:
         self._jobs = SyncJobs(fdatasync, owed)  # a new ledger's owed fsyncs go first
         self._reserve_max = config.reserve_max_bytes
         self._sync_load = sync_load
-        self._ledger_dir = directory / "ledger"
+        self._ledger_dir = segments.active.path.parent  # directory / "ledger", unparsed
         self._executor = executor
         self._always = config.sync_policy == "always"
         next_id = segments.active.end_entry_id
