@@ -84,10 +84,11 @@ def _make_directory(directory: Path) -> bool:
     Only a directory this call made is known to be empty: one that exists may be a
     crash's leftover, half made, and is recovered in full."""
     try:
-        os.mkdir(directory)
-    except FileNotFoundError:  # the namespace's first topic
-        os.makedirs(directory.parent, exist_ok=True)
-        return _make_directory(directory)
+        try:
+            os.mkdir(directory)
+        except FileNotFoundError:  # the namespace's first topic
+            os.makedirs(directory.parent, exist_ok=True)
+            os.mkdir(directory)
     except FileExistsError:
         return False
     return True

@@ -33,7 +33,7 @@ from magnetar.storage.fsutil import atomic_write, fsync_dir
 
 
 class OwedSyncs:
-    """Directory fsyncs and one atomic file write, owed until ``settle``."""
+    """Directory fsyncs, empty files and one atomic file write, owed until ``settle``."""
 
     __slots__ = ("_dirs", "_files", "_lock", "_write", "owed")
 

@@ -80,8 +80,9 @@ class WritePipeline:
                  cache: EntryCache, stats: LedgerStats, executor: Executor | None,
                  sync_load: SyncLoad, fdatasync: Callable[[int], None],
                  owed: OwedSyncs | None = None, fresh: bool = False) -> None:
-        """``fresh``: the ledger was made by this open (its synced-offset record is
-        new and empty)."""
+        """``fresh``: the ledger's directory was made by this open (its synced-offset
+        record holds nothing: it is made empty when its first sync settles what the
+        ledger owes)."""
         self.directory = directory  # the ledger's, for messages
         self.config = config
         self.stats = stats
