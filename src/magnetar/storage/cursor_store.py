@@ -27,16 +27,19 @@ logger = logging.getLogger("magnetar.storage")
 
 
 class CursorStore:
-    def __init__(self, owner: Path, directory: Path, owed: OwedSyncs | None = None) -> None:
+    def __init__(self, owner: Path, directory: Path, owed: OwedSyncs | None = None,
+                 fresh: bool = False) -> None:
         """``owner`` names the ledger in log messages; ``directory`` holds the files;
         ``owed`` is settled before a new cursor is written (a new ledger's directory
         fsyncs, and that of ``directory`` itself when this made it: the subscription
-        is durable once created)."""
+        is durable once created). ``fresh``: the ledger's directory was just made, so
+        ``directory`` does not exist yet."""
         self._owner = owner
         self._owed = owed if owed is not None else OwedSyncs()
         self.directory = directory
         self.cursors: dict[str, ManagedCursor] = {}
         self._directory_made = False  # known to exist, durably
+        self._absent = fresh  # known not to exist: nothing persisted to list
 
     def path(self, name: str) -> Path:
         return cursor_path(self.directory, name)
@@ -63,6 +66,7 @@ class CursorStore:
         the settlement that precedes the cursor's write."""
         if self._directory_made:
             return
+        self._absent = False
         try:
             os.mkdir(self.directory)
         except FileExistsError:
@@ -113,6 +117,8 @@ class CursorStore:
     def persisted_names(self) -> list[str]:
         """Names of the cursors on disk."""
         names: list[str] = []
+        if self._absent:
+            return names
         try:
             paths = sorted(self.directory.iterdir())
         except FileNotFoundError:  # no cursor was ever created

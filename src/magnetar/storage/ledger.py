@@ -40,7 +40,7 @@ from magnetar.storage.ledger_config import SYNC_POLICIES, LedgerConfig, LedgerSt
 from magnetar.storage.log_snapshot import LogSnapshot
 from magnetar.storage.owed_syncs import OwedSyncs
 from magnetar.storage.read_ahead import ReadAhead
-from magnetar.storage.recovery import recover_segments
+from magnetar.storage.recovery import new_ledger, recover_segments
 from magnetar.storage.segment import Segment
 from magnetar.storage.segment_files import SegmentFiles
 from magnetar.storage.segment_set import (
@@ -76,6 +76,22 @@ def _fdatasync(fd: int) -> None:
     # Looked up in this module at each call: tests replace
     # ``magnetar.storage.ledger.fdatasync`` to slow down or break the disk.
     fdatasync(fd)
+
+
+def _make_directory(directory: Path) -> bool:
+    """Create ``directory`` (and its parents) unless it exists; True if this made it.
+
+    Only a directory this call made is known to be empty: one that exists may be a
+    crash's leftover, half made, and is recovered in full."""
+    try:
+        try:
+            os.mkdir(directory)
+        except FileNotFoundError:  # the namespace's first topic
+            os.makedirs(directory.parent, exist_ok=True)
+            os.mkdir(directory)
+    except FileExistsError:
+        return False
+    return True
 
 
 def _lock_directory(directory: Path) -> int:
@@ -131,14 +147,18 @@ class ManagedLedger:
         ``config.max_open_segment_files`` for this ledger alone).
         May run on a worker thread: nothing shared is touched before the first append.
         """
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        if not isinstance(directory, Path):  # (Path of a Path parses it again)
+            directory = Path(directory)
+        fresh = _make_directory(directory)
         lock_fd = _lock_directory(directory)
         # A new ledger's directory entries become durable with its first sync (or
         # cursor, or ``make_durable``): see owed_syncs.py.
         owed = OwedSyncs()
         try:
-            segments = recover_segments(directory / "ledger", owed)
+            if fresh:  # nothing to recover: no listing, no scan, no record to read
+                segments = new_ledger(directory / "ledger", owed)
+            else:  # a directory a crash left half made is recovered like any other
+                segments = recover_segments(directory / "ledger", owed)
             # (cursors/ is made with the first cursor: a topic only produced to never
             # has one.)
             if owed.owed:  # a new ledger: its ledger/ entry too
@@ -148,7 +168,7 @@ class ManagedLedger:
             raise
         try:
             return cls(directory, config, segments, lock_fd, executor, sync_load,
-                       cache_budget, segment_files, owed)
+                       cache_budget, segment_files, owed, fresh)
         except BaseException:
             for segment in segments:
                 segment.close()
@@ -160,12 +180,15 @@ class ManagedLedger:
                  sync_load: SyncLoad | None = None,
                  cache_budget: CacheBudget | None = None,
                  segment_files: SegmentFiles | None = None,
-                 owed: OwedSyncs | None = None) -> None:
+                 owed: OwedSyncs | None = None, fresh: bool = False) -> None:
         """Use ``ManagedLedger.open``; this only wires up already recovered segments."""
         self.directory = directory
         # What the files of a ledger created by this open still owe the disk.
         self.owed_syncs = owed if owed is not None else OwedSyncs()
         self.created = self.owed_syncs.owed  # this open made the ledger
+        # This open made the directory itself: it holds nothing but the new ledger
+        # (no cursors, metadata file, compacted ledger or other file to read).
+        self.fresh = fresh
         self.config = config
         self.stats = LedgerStats()
         self._lock_fd = lock_fd
@@ -178,10 +201,10 @@ class ManagedLedger:
         self._sync_load = sync_load if sync_load is not None else SyncLoad()
         self._pipeline = WritePipeline(
             directory, config, self._segments, self._cache, self.stats, executor,
-            self._sync_load, _fdatasync, self.owed_syncs,
+            self._sync_load, _fdatasync, self.owed_syncs, fresh,
         )
         self._executor = executor
-        self._cursors = CursorStore(directory, directory / "cursors", self.owed_syncs)
+        self._cursors = CursorStore(directory, directory / "cursors", self.owed_syncs, fresh)
         self._read_ahead = ReadAhead()
         self.cursors: dict[str, ManagedCursor] = self._cursors.cursors
         self._cursor_job: asyncio.Future[list[tuple[str, Exception]]] | None = None

@@ -114,7 +114,9 @@ class TopicMetadata:
         }
 
     def encode(self) -> bytes:
-        return json.dumps(self.to_json(), indent=1).encode()
+        # Not indented: ``indent`` makes json use its pure-Python encoder, twice the
+        # time of the C one (15 against 7 us for a new topic's, on every topic's load).
+        return json.dumps(self.to_json()).encode()
 
     def save(self) -> None:
         """Write atomically (tmp file, fsync, rename, fsync dir), creating the directory."""

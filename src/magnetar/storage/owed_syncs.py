@@ -16,6 +16,10 @@ topic directory), unless the topic saved it meanwhile.
 A process crash before settlement leaves the topic without its metadata file: a topic
 with no metadata loads with the defaults, and nothing in it was acknowledged.
 
+The synced-offset record of the new ledger (``synced_offset.py``) is created empty at
+settlement too, before the fsync of its directory, so that its first write needs no
+fsync of the directory of its own and a topic never written to makes no inode for it.
+
 Thread-safe: a second settler waits until the first is done.
 """
 
@@ -29,15 +33,26 @@ from magnetar.storage.fsutil import atomic_write, fsync_dir
 
 
 class OwedSyncs:
-    """Directory fsyncs and one atomic file write, owed until ``settle``."""
+    """Directory fsyncs, empty files and one atomic file write, owed until ``settle``."""
 
-    __slots__ = ("_dirs", "_lock", "_write", "owed")
+    __slots__ = ("_dirs", "_files", "_lock", "_write", "owed")
 
     def __init__(self) -> None:
         self.owed = False  # read without the lock: a bool, set under it
         self._lock = threading.Lock()
         self._dirs: list[str] = []  # str: a Path's == costs more than the fsync's call
+        self._files: list[str] = []
         self._write: tuple[Path, bytes] | None = None
+
+    def owe_file(self, path: str, directory: Path) -> None:
+        """``path`` (in ``directory``) must exist, durably, empty unless it exists: it
+        is created at settlement, before ``directory``'s fsync (a topic never written
+        to never makes it)."""
+        with self._lock:
+            self._files.append(path)
+            if str(directory) not in self._dirs:
+                self._dirs.append(str(directory))
+            self.owed = True
 
     def owe_dir(self, path: Path) -> None:
         """``path``'s entries must be made durable (fsync of the directory)."""
@@ -73,6 +88,9 @@ class OwedSyncs:
                 self._write = None
                 written_in = os.path.dirname(path)
                 self._dirs = [d for d in self._dirs if d != written_in]
+            while self._files:  # before the fsyncs that make their names durable
+                os.close(os.open(self._files[0], os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+                del self._files[0]
             while self._dirs:
                 fsync_dir(Path(self._dirs[0]))
                 del self._dirs[0]

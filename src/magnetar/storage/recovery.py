@@ -39,7 +39,8 @@ from magnetar.storage.segment import Segment, parse_segment_name, scan_file, seg
 from magnetar.storage.segment_index import SUFFIX as INDEX_SUFFIX
 from magnetar.storage.segment_index import TMP_SUFFIX as INDEX_TMP_SUFFIX
 from magnetar.storage.segment_index import SegmentIndex, index_path, read_index, write_index
-from magnetar.storage.synced_offset import create_empty_record, read_synced_offset
+from magnetar.storage.synced_offset import FILE_NAME as SYNCED_FILE
+from magnetar.storage.synced_offset import read_synced_offset
 
 logger = logging.getLogger("magnetar.storage")
 
@@ -176,12 +177,35 @@ def _unlink_segment(path: Path) -> None:
     path.unlink()
 
 
+def _first_segment(directory: Path, owed: OwedSyncs | None) -> Segment:
+    """Create segment 0 in ``directory``, which holds none: see ``recover_segments``."""
+    path = segment_path(directory, 0)
+    fd = create_segment_file(path)
+    try:
+        if owed is None:
+            fsync_dir(directory)
+        else:  # the empty synced-offset record is made when owed settles
+            owed.owe_file(os.path.join(directory, SYNCED_FILE), directory)
+    except BaseException:
+        os.close(fd)
+        raise
+    return Segment(path, 0, fd)
+
+
+def new_ledger(directory: Path, owed: OwedSyncs | None = None) -> list[Segment]:
+    """The segments of a ledger whose topic directory the caller has just made:
+    ``directory`` is created (it must not exist) with the first segment, as
+    ``recover_segments`` would, without listing or reading anything."""
+    os.mkdir(directory)
+    return [_first_segment(directory, owed)]
+
+
 def recover_segments(directory: Path, owed: OwedSyncs | None = None) -> list[Segment]:
     """Open every segment in ``directory`` (creating the first one if there is none).
 
     A first segment created here is durable at once, or, with ``owed``, once ``owed``
-    is settled (the synced-offset record is created beside it then, so that its first
-    write needs no fsync of the directory of its own).
+    is settled (the synced-offset record is created beside it then, empty, so that its
+    first write needs no fsync of the directory of its own).
 
     Returns the segments oldest first; the last one is open for appending, the
     sealed ones are not open (their reads open them, see ``segment_files.py``).
@@ -197,18 +221,7 @@ def recover_segments(directory: Path, owed: OwedSyncs | None = None) -> list[Seg
     found.sort()
     removed = _remove_stray_indexes(directory, {first for first, _ in found})
     if not found:
-        path = segment_path(directory, 0)
-        fd = create_segment_file(path)
-        try:
-            if owed is None:
-                fsync_dir(directory)
-            else:
-                create_empty_record(directory)
-                owed.owe_dir(directory)
-        except BaseException:
-            os.close(fd)
-            raise
-        return [Segment(path, 0, fd)]
+        return [_first_segment(directory, owed)]
 
     synced = read_synced_offset(directory)
     last_first = found[-1][0]

@@ -72,13 +72,6 @@ def read_synced_offset(directory: Path) -> SyncedOffset | None:
     return max(intact, key=lambda slot: slot.seq) if intact else None
 
 
-def create_empty_record(directory: Path) -> None:
-    """Create the file with no record in it (a new ledger's, made durable by the
-    fsync of ``directory`` its creator owes anyway): the first write then has no
-    directory entry to fsync."""
-    os.close(os.open(directory / FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
-
-
 def remove_synced_offset(directory: Path) -> bool:
     """Delete the record (the caller fsyncs the directory); True if there was one."""
     try:
@@ -91,9 +84,12 @@ def remove_synced_offset(directory: Path) -> bool:
 class SyncedOffsetWriter:
     """Writes the record; one write at a time, from a worker thread or the loop."""
 
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / FILE_NAME
-        current = read_synced_offset(directory)
+    def __init__(self, directory: Path, empty: bool = False) -> None:
+        """``empty``: the file is known to hold no record (a new ledger's, made empty
+        when what its ledger owes the disk settles: see owed_syncs.py), so it is not
+        read."""
+        self._directory = directory
+        current = None if empty else read_synced_offset(directory)
         self._seq = current.seq if current is not None else 0
         self._fd = -1
         self._lock = threading.Lock()
@@ -105,11 +101,12 @@ class SyncedOffsetWriter:
         with self._lock:
             if self._closed:
                 return
-            if self._fd < 0:
-                created = not self.path.exists()
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            if self._fd < 0:  # its path is made here: most topics' ledgers never write
+                path = os.path.join(self._directory, FILE_NAME)
+                created = not os.path.exists(path)
+                self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
                 if created:
-                    fsync_dir(self.path.parent)
+                    fsync_dir(self._directory)
             self._seq += 1
             slot = _encode(self._seq, segment_first_entry_id, offset)
             os.pwrite(self._fd, slot, (self._seq % 2) * _STRIDE)
@@ -132,9 +129,9 @@ class SyncedOffsetRecorder:
     """
 
     def __init__(self, owner: Path, directory: Path, interval: float,
-                 executor: Executor | None) -> None:
+                 executor: Executor | None, empty: bool = False) -> None:
         self._owner = owner  # the ledger, for messages
-        self._writer = SyncedOffsetWriter(directory)
+        self._writer = SyncedOffsetWriter(directory, empty)
         self._interval = interval
         self._executor = executor
         self._position: tuple[int, int] | None = None  # covered by the latest sync

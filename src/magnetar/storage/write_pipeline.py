@@ -79,7 +79,10 @@ class WritePipeline:
     def __init__(self, directory: Path, config: LedgerConfig, segments: SegmentSet,
                  cache: EntryCache, stats: LedgerStats, executor: Executor | None,
                  sync_load: SyncLoad, fdatasync: Callable[[int], None],
-                 owed: OwedSyncs | None = None) -> None:
+                 owed: OwedSyncs | None = None, fresh: bool = False) -> None:
+        """``fresh``: the ledger's directory was made by this open (its synced-offset
+        record holds nothing: it is made empty when its first sync settles what the
+        ledger owes)."""
         self.directory = directory  # the ledger's, for messages
         self.config = config
         self.stats = stats
@@ -91,7 +94,7 @@ class WritePipeline:
         self._jobs = SyncJobs(fdatasync, owed)  # a new ledger's owed fsyncs go first
         self._reserve_max = config.reserve_max_bytes
         self._sync_load = sync_load
-        self._ledger_dir = directory / "ledger"
+        self._ledger_dir = segments.active.path.parent  # directory / "ledger", unparsed
         self._executor = executor
         self._always = config.sync_policy == "always"
         next_id = segments.active.end_entry_id
@@ -116,7 +119,7 @@ class WritePipeline:
         self._timer: asyncio.TimerHandle | None = None
         self._interval_due = False
         self._recorder = SyncedOffsetRecorder(
-            directory, self._ledger_dir, config.synced_record_interval, executor
+            directory, self._ledger_dir, config.synced_record_interval, executor, fresh
         )
 
     # ---------------------------------------------------------------- appending

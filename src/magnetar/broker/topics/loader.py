@@ -223,12 +223,15 @@ class TopicLoader:
         store = self._store_for(name)
         ledger = None
         try:
-            if not store.topic_dir(full).exists():
-                log.info("creating topic %s", full)
             ledger = store.open_ledger(full)
+            if ledger.fresh:  # its open made the directory: the rest has nothing to read
+                log.info("creating topic %s", full)
             ledger.open_persisted_cursors()  # its subscriptions' files, off the loop too
-            metadata = store.topic_metadata(full)
-            ledger.compacted = open_in_force(ledger.directory, metadata.compaction.get("file"))
+            metadata = store.ledger_metadata(ledger)
+            if not ledger.fresh:
+                ledger.compacted = open_in_force(
+                    ledger.directory, metadata.compaction.get("file")
+                )
             first = ledger.first_entry_id
             if ledger.compacted is not None and ledger.compacted.first_position is not None:
                 first = min(first, ledger.compacted.first_position)  # ids it serves
