@@ -59,8 +59,9 @@ async def test_a_new_ledger_fsyncs_its_directories_in_its_first_sync_not_at_open
         assert confirmed == [0]
         loop_thread = threading.current_thread().name
         ledger_dir, topic_dir = str(tmp_path / "topic" / "ledger"), str(tmp_path / "topic")
-        assert [(call, path) for call, path, _ in calls] == [
-            ("fsync_dir", ledger_dir), ("fsync_dir", topic_dir), ("fdatasync", ""),
+        assert [(call, path) for call, path, _ in calls] == [  # the topic's own entry too
+            ("fsync_dir", ledger_dir), ("fsync_dir", topic_dir), ("fsync_dir", str(tmp_path)),
+            ("fdatasync", ""),
         ]
         assert all(thread != loop_thread for _, _, thread in calls)  # one worker job
         assert (tmp_path / "topic" / "ledger" / "synced").exists()
@@ -97,10 +98,10 @@ def test_make_durable_settles_at_once(tmp_path: Path, monkeypatch: pytest.Monkey
     calls = record_disk_calls(monkeypatch)
     ledger = ManagedLedger.open(tmp_path / "topic", LedgerConfig())
     try:
-        ledger.make_durable()
-        assert [call for call, _, _ in calls] == ["fsync_dir", "fsync_dir"]
+        ledger.make_durable()  # ledger/, the topic's directory, its entry in its parent
+        assert [call for call, _, _ in calls] == ["fsync_dir", "fsync_dir", "fsync_dir"]
         ledger.make_durable()  # settled: nothing more
-        assert len(calls) == 2
+        assert len(calls) == 3
     finally:
         ledger.abort()
 
@@ -190,3 +191,20 @@ async def test_where_a_directory_cannot_be_locked_a_lock_file_is(
             ManagedLedger.open(directory, LedgerConfig())
     finally:
         await ledger.close()
+
+
+def test_a_new_namespace_owes_the_entries_of_every_directory_it_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first topic of a namespace makes its tenant and namespace directories too:
+    each new entry is made durable, by the fsync of the directory that holds it."""
+    (tmp_path / "persistent").mkdir()
+    calls = record_disk_calls(monkeypatch)
+    ledger = ManagedLedger.open(tmp_path / "persistent" / "t" / "ns" / "topic", LedgerConfig())
+    try:
+        ledger.make_durable()
+        synced = [path for call, path, _ in calls if call == "fsync_dir"]
+        for made in ("persistent/t/ns/topic", "persistent/t/ns", "persistent/t", "persistent"):
+            assert str(tmp_path / made) in synced
+        assert str(tmp_path) not in synced  # persistent/ existed: its entry was durable
+    finally:
+        ledger.abort()

@@ -78,20 +78,28 @@ def _fdatasync(fd: int) -> None:
     fdatasync(fd)
 
 
-def _make_directory(directory: Path) -> bool:
-    """Create ``directory`` (and its parents) unless it exists; True if this made it.
+def _make_directory(directory: Path) -> list[Path]:
+    """Create ``directory`` (and its parents) unless it exists. Returns the directories
+    whose entries this made, for their fsyncs (``directory``'s parent, and the parents
+    of the parents it made); empty if ``directory`` existed.
 
     Only a directory this call made is known to be empty: one that exists may be a
     crash's leftover, half made, and is recovered in full."""
     try:
         try:
             os.mkdir(directory)
+            return [directory.parent]
         except FileNotFoundError:  # the namespace's first topic
+            made = [directory.parent]
+            missing = directory.parent
+            while not missing.exists() and missing.parent != missing:
+                missing = missing.parent
+                made.append(missing)  # holds the entry of the one made below it
             os.makedirs(directory.parent, exist_ok=True)
             os.mkdir(directory)
+            return made
     except FileExistsError:
-        return False
-    return True
+        return []
 
 
 def _lock_directory(directory: Path) -> int:
@@ -149,10 +157,13 @@ class ManagedLedger:
         """
         if not isinstance(directory, Path):  # (Path of a Path parses it again)
             directory = Path(directory)
-        fresh = _make_directory(directory)
+        made_in = _make_directory(directory)
+        fresh = bool(made_in)
         lock_fd = _lock_directory(directory)
         # A new ledger's directory entries become durable with its first sync (or
-        # cursor, or ``make_durable``): see owed_syncs.py.
+        # cursor, or ``make_durable``): see owed_syncs.py. Its own directory's entry
+        # too: ext4's journal would carry it with the first fdatasync, other file
+        # systems need not.
         owed = OwedSyncs()
         try:
             if fresh:  # nothing to recover: no listing, no scan, no record to read
@@ -163,6 +174,8 @@ class ManagedLedger:
             # has one.)
             if owed.owed:  # a new ledger: its ledger/ entry too
                 owed.owe_dir(directory)
+            for parent in made_in:
+                owed.owe_dir(parent)
         except BaseException:
             os.close(lock_fd)
             raise
