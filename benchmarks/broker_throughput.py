@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/broker_throughput.py [--messages 50000] [--size 100]
         [--batching] [--sync-policy always|interval] [--service-url URL]
     .venv/bin/python benchmarks/broker_throughput.py --peer [--rounds 3] [--scale 1.0]
+        [--scenario fan_out --scenario consume_batched ...]
 
 Without --service-url an embedded broker (subprocess, fresh data dir) is started,
 so the client and the broker use different processes as in production. Prints a
@@ -32,7 +33,7 @@ from peer_brokers import (
     pulsar_lite_broker,
     version,
 )
-from peer_scenarios import Figures, run_round
+from peer_scenarios import SCENARIOS, Figures, run_round
 
 from magnetar.testing import EmbeddedBroker
 
@@ -111,9 +112,15 @@ def main() -> None:
     parser.add_argument(
         "--scale", type=float, default=1.0, help="--peer: multiply the message counts"
     )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=[scenario.__name__ for scenario in SCENARIOS],
+        help="--peer: run only this scenario (repeatable); alone, it finds a fresh broker",
+    )
     args = parser.parse_args()
     if args.peer:
-        sys.exit(compare(args.rounds, args.scale, args.sync_policy))
+        sys.exit(compare(args.rounds, args.scale, args.sync_policy, args.scenario))
     if args.service_url:
         results = run(args.service_url, args.messages, args.size, args.batching)
     else:
@@ -156,7 +163,7 @@ def _loadavg() -> str:
         return "?"
 
 
-def compare(rounds: int, scale: float, sync_policy: str) -> int:
+def compare(rounds: int, scale: float, sync_policy: str, only: list[str] | None = None) -> int:
     binary = pulsar_lite_binary()
     if binary is None:
         print(PULSAR_LITE_INSTALL, file=sys.stderr)
@@ -175,7 +182,7 @@ def compare(rounds: int, scale: float, sync_policy: str) -> int:
                 magnetar_broker(sync_policy) if name == "magnetar" else pulsar_lite_broker(binary)
             )
             with started as broker:
-                results[name].append(run_round(broker, scale, log))
+                results[name].append(run_round(broker, scale, log, only))
     medians = {
         name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         for name, runs in results.items()
@@ -194,6 +201,8 @@ def compare(rounds: int, scale: float, sync_policy: str) -> int:
     width = max(len(label) for label, *_ in ROWS) + 2
     print(f"{'scenario':<{width}}{'magnetar':>30}{'pulsar-lite':>30}{'ratio':>22}")
     for label, keys, unit, digits in ROWS:
+        if any(k not in medians["magnetar"] for k in keys):
+            continue  # its scenario was not run (--scenario)
         ours = [medians["magnetar"][k] for k in keys]
         theirs = [medians["pulsar-lite"][k] for k in keys]
         cells = [

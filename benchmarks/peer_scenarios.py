@@ -283,13 +283,22 @@ SCENARIOS: list[Callable[[Context], Figures]] = [
 ]
 
 
-def run_round(broker: Broker, scale: float, log: Callable[[str], None]) -> Figures:
-    """Every scenario once against ``broker`` (one client), then its peak RSS."""
+def run_round(
+    broker: Broker,
+    scale: float,
+    log: Callable[[str], None],
+    only: list[str] | None = None,
+) -> Figures:
+    """Every scenario (or those named in ``only``, in their usual order) once against
+    ``broker`` (one client), then its peak RSS. A scenario run alone finds a fresh
+    broker, not one the scenarios before it have warmed (caches, loaded topics)."""
     client = pulsar.Client(broker.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     ctx = Context(broker, client, scale)
     figures: Figures = {}
     try:
         for scenario in SCENARIOS:
+            if only is not None and scenario.__name__ not in only:
+                continue
             log(f"{broker.name}: {scenario.__name__}")
             figures.update(scenario(ctx))
     finally:

@@ -38,6 +38,10 @@ MAX_KEY_SHARED_LOOKAHEAD = 10000
 # A consumer far behind the cache has its entries read on a worker thread, a run at a
 # time: the round's byte budget, and at least this much.
 READ_AHEAD_MIN_BYTES = 256 * 1024
+# The subscription types that hold an entry until its deliver_at. A set of ints, read
+# once: ``SubType.Shared`` is an attribute lookup in protobuf's Python enum wrapper,
+# about 1.5 us, twice a round.
+DELAY_HONOURING = frozenset({SubType.Shared, SubType.Key_Shared})
 
 
 def dispatch_round(sub: Subscription) -> bool:
@@ -122,7 +126,7 @@ def _read_new(
     dispatcher = sub.dispatcher
     pending = sub.pending
     uses_keys = dispatcher.uses_keys
-    honours_delay = sub.sub_type in (SubType.Shared, SubType.Key_Shared)
+    honours_delay = sub.sub_type in DELAY_HONOURING
     last = topic.last_visible_entry_id
     position = max(sub.read_position, ledger.first_entry_id)
     skipped = 0

@@ -89,8 +89,10 @@ class SingleActiveDispatcher(Dispatcher[Consumer]):
         self.partition_index = partition_index
 
     def active_consumer(self) -> Consumer | None:
-        if not self.consumers:
-            return None
+        consumers = self.consumers
+        if len(consumers) <= 1:
+            # The common case (an Exclusive subscription), asked on every pick: no sort.
+            return consumers[0] if consumers else None
         ranked = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
         if self.partition_index >= 0:
             # Partitions spread their active consumers across the subscribers, as Pulsar does.
