@@ -2,8 +2,8 @@
 
 Owns the small system-call sequences the rest of the package relies on: writing a
 buffer completely, writing many buffers with one ``pwritev``, reserving file space,
-fsyncing a directory so a create/rename/unlink survives a crash, and replacing a file
-atomically.
+fsyncing a directory so a create/rename/unlink survives a crash, making a directory
+and saying which entries that made, and replacing a file atomically.
 """
 
 from __future__ import annotations
@@ -75,6 +75,30 @@ def preallocate(fd: int, start: int, end: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def make_directory(directory: Path) -> list[Path]:
+    """Create ``directory`` (and its parents) unless it exists. Returns the directories
+    whose entries this made, for their fsyncs (``directory``'s parent, and the parents
+    of the parents it made); empty if ``directory`` existed.
+
+    Only a directory this call made is known to be empty: one that exists may be a
+    crash's leftover, half made, and is recovered in full."""
+    try:
+        try:
+            os.mkdir(directory)
+            return [directory.parent]
+        except FileNotFoundError:  # the namespace's first topic
+            made = [directory.parent]
+            missing = directory.parent
+            while not missing.exists() and missing.parent != missing:
+                missing = missing.parent
+                made.append(missing)  # holds the entry of the one made below it
+            os.makedirs(directory.parent, exist_ok=True)
+            os.mkdir(directory)
+            return made
+    except FileExistsError:
+        return []
 
 
 def fsync_dir(path: Path) -> None:

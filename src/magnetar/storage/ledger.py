@@ -35,7 +35,7 @@ from magnetar.storage.compacted_ledger import CompactedLedger
 from magnetar.storage.cursor import CursorSnapshot, ManagedCursor
 from magnetar.storage.cursor_store import CursorStore
 from magnetar.storage.errors import EntryNotFound, LedgerClosed, LedgerFailed, StorageError
-from magnetar.storage.fsutil import fdatasync
+from magnetar.storage.fsutil import fdatasync, make_directory
 from magnetar.storage.ledger_config import SYNC_POLICIES, LedgerConfig, LedgerStats
 from magnetar.storage.log_snapshot import LogSnapshot
 from magnetar.storage.owed_syncs import OwedSyncs
@@ -76,30 +76,6 @@ def _fdatasync(fd: int) -> None:
     # Looked up in this module at each call: tests replace
     # ``magnetar.storage.ledger.fdatasync`` to slow down or break the disk.
     fdatasync(fd)
-
-
-def _make_directory(directory: Path) -> list[Path]:
-    """Create ``directory`` (and its parents) unless it exists. Returns the directories
-    whose entries this made, for their fsyncs (``directory``'s parent, and the parents
-    of the parents it made); empty if ``directory`` existed.
-
-    Only a directory this call made is known to be empty: one that exists may be a
-    crash's leftover, half made, and is recovered in full."""
-    try:
-        try:
-            os.mkdir(directory)
-            return [directory.parent]
-        except FileNotFoundError:  # the namespace's first topic
-            made = [directory.parent]
-            missing = directory.parent
-            while not missing.exists() and missing.parent != missing:
-                missing = missing.parent
-                made.append(missing)  # holds the entry of the one made below it
-            os.makedirs(directory.parent, exist_ok=True)
-            os.mkdir(directory)
-            return made
-    except FileExistsError:
-        return []
 
 
 def _lock_directory(directory: Path) -> int:
@@ -157,7 +133,7 @@ class ManagedLedger:
         """
         if not isinstance(directory, Path):  # (Path of a Path parses it again)
             directory = Path(directory)
-        made_in = _make_directory(directory)
+        made_in = make_directory(directory)
         fresh = bool(made_in)
         lock_fd = _lock_directory(directory)
         # A new ledger's directory entries become durable with its first sync (or
