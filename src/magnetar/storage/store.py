@@ -124,9 +124,15 @@ class Store:
 
     # ------------------------------------------------- partitioned-topic registry
 
-    def _partitioned_path(self, topic: str) -> Path:
+    @staticmethod
+    def _registry_entry(topic: str) -> tuple[str, str, str]:
+        """(tenant, namespace, file name) of ``topic``'s partition count."""
         _, tenant, namespace, local = parse_topic(topic)
-        return self.root / PARTITIONED_DIR / tenant / namespace / (quote_name(local) + ".json")
+        return tenant, namespace, quote_name(local) + ".json"
+
+    def _partitioned_path(self, topic: str) -> Path:
+        tenant, namespace, file_name = self._registry_entry(topic)
+        return self.root / PARTITIONED_DIR / tenant / namespace / file_name
 
     def _registry_files(self, tenant: str, namespace: str) -> set[str]:
         """The file names in a namespace's partitioned-topic directory, listed on the
@@ -134,7 +140,7 @@ class Store:
         key = (tenant, namespace)
         files = self._partitioned_files.get(key)
         if files is None:
-            directory = os.path.join(self.root, PARTITIONED_DIR, tenant, namespace)
+            directory = os.path.join(self._root, PARTITIONED_DIR, tenant, namespace)
             try:
                 files = set(os.listdir(directory))
             except (FileNotFoundError, NotADirectoryError):
@@ -160,11 +166,10 @@ class Store:
             return self._partitions[topic]
         except KeyError:
             pass
-        _, tenant, namespace, local = parse_topic(topic)
-        file_name = quote_name(local) + ".json"
+        tenant, namespace, file_name = self._registry_entry(topic)
         partitions = None
         if file_name in self._registry_files(tenant, namespace):
-            path = self.root / PARTITIONED_DIR / tenant / namespace / file_name
+            path = self._partitioned_path(topic)
             try:
                 raw = path.read_bytes()
             except FileNotFoundError:
