@@ -23,59 +23,90 @@ WINDOW = 10.0  # seconds of history a rate is measured over
 SAMPLE_CHUNK = 250
 
 
-class MovingRate:
-    """Samples of one monotonic counter; ``rate()`` is its growth per second over the
-    last ``window`` seconds (0.0 until two samples exist)."""
+class CounterHistory:
+    """Samples of a few monotonic counters of one owner, taken together: a sample is
+    (time, the counters' values); ``rate(i)`` is counter ``i``'s growth per second over
+    the last ``window`` seconds (0.0 until two samples exist).
+
+    One history per owner, not one per counter: a pass of the sampler over 5,000
+    topics that all moved made four ``MovingRate.add`` calls per topic and two per
+    producer (32 ms a pass in-process, 6% of the broker's CPU at 2,500 msg/s spread
+    over them). A rate depends only on the history's two ends, which are the same
+    whether a counter's flat runs are merged on their own or, as here, only while
+    every counter of the owner is flat."""
 
     __slots__ = ("_samples", "window")
 
     def __init__(self, window: float = WINDOW) -> None:
         self.window = window
         # A list, not a deque: a deque's first block costs ~600 bytes, and a broker
-        # keeps four of these per loaded topic (thousands of topics).
-        self._samples: list[tuple[float, int]] = []
+        # keeps one of these per loaded topic, producer and consumer (thousands).
+        self._samples: list[tuple[float, tuple[int, ...]]] = []
 
-    def add(self, now: float, value: int) -> None:
+    def add(self, now: float, values: tuple[int, ...]) -> None:
         samples = self._samples
-        if len(samples) >= 2 and samples[-1][1] == value == samples[-2][1]:
-            # A counter that did not move: stretch its flat run rather than grow the
-            # history (the rate over the run is the same), so an idle counter costs
-            # two samples, not one per interval.
-            samples[-1] = (now, value)
-            # Its start moves up to the window's start (the counter held this value
+        if len(samples) >= 2 and samples[-1][1] == values == samples[-2][1]:
+            # Counters that did not move: stretch their flat run rather than grow the
+            # history (the rate over the run is the same), so idle counters cost two
+            # samples, not one per interval.
+            samples[-1] = (now, values)
+            # Its start moves up to the window's start (the counters held these values
             # all along), so a burst after a long idle is measured over the window.
-            samples[-2] = (max(samples[-2][0], now - self.window), value)
+            samples[-2] = (max(samples[-2][0], now - self.window), values)
         else:
-            samples.append((now, value))
+            samples.append((now, values))
         # Keep one sample at or before the window's start, so the window is spanned.
         while len(samples) > 2 and samples[1][0] <= now - self.window:
             del samples[0]
 
-    def last_value(self) -> int:
-        return self._samples[-1][1] if self._samples else 0
-
     @property
     def flat(self) -> bool:
-        """Down to its flat run: two samples of one value (a rate of 0)."""
+        """Down to its flat run: two samples of the same values (rates of 0)."""
         samples = self._samples
         return len(samples) == 2 and samples[0][1] == samples[1][1]
 
     def stretch(self, now: float) -> None:
-        """What ``add(now, the same value)`` does to a flat history, late: the
-        sampler skips idle counters and catches up when one moves again."""
+        """What ``add(now, the same values)`` does to a flat history, late: the
+        sampler skips idle owners and catches up when one moves again."""
         samples = self._samples
-        value = samples[-1][1]
-        samples[-1] = (now, value)
-        samples[-2] = (max(samples[-2][0], now - self.window), value)
+        values = samples[-1][1]
+        samples[-1] = (now, values)
+        samples[-2] = (max(samples[-2][0], now - self.window), values)
 
-    def rate(self) -> float:
+    def rate(self, index: int) -> float:
         samples = self._samples
         if len(samples) < 2:
             return 0.0
-        (t0, v0), (t1, v1) = samples[0], samples[-1]
+        (t0, first), (t1, last) = samples[0], samples[-1]
+        v0, v1 = first[index], last[index]
+        if len(samples) > 2 and samples[1][1][index] == v0:
+            # The counter was flat from the first sample to the second, which is
+            # inside the window: it held v0 at the window's start too. (A merged flat
+            # run can begin well before the window: its start would stretch the
+            # window and understate the rate.)
+            t0 = max(t0, t1 - self.window)
         if t1 <= t0 or v1 < v0:  # a counter that went back (a reload) says nothing
             return 0.0
         return (v1 - v0) / (t1 - t0)
+
+
+class MovingRate:
+    """The history of one counter alone (``CounterHistory`` of one value)."""
+
+    __slots__ = ("_history",)
+
+    def __init__(self, window: float = WINDOW) -> None:
+        self._history = CounterHistory(window)
+
+    @property
+    def _samples(self) -> list[tuple[float, int]]:
+        return [(t, values[0]) for t, values in self._history._samples]
+
+    def add(self, now: float, value: int) -> None:
+        self._history.add(now, (value,))
+
+    def rate(self) -> float:
+        return self._history.rate(0)
 
 
 _TOPIC_KEYS = ("msg_in", "bytes_in", "msg_out", "bytes_out")
@@ -88,17 +119,18 @@ class _Owner:
     """The rates of one topic, producer, subscription or consumer, and what the
     sampler needs to pass over it cheaply while it is idle."""
 
-    __slots__ = ("flat", "flat_until", "moved", "rates", "values")
+    __slots__ = ("flat", "flat_until", "history", "keys", "moved", "values")
 
-    def __init__(self) -> None:
-        self.rates: dict[str, MovingRate] = {}
+    def __init__(self, keys: tuple[str, ...], window: float) -> None:
+        self.keys = keys
+        self.history = CounterHistory(window)
         # When each counter last grew, as seen by the sampler: a consumer's or a
         # subscription's lastConsumedTimestamp without a clock read per message sent
         # (here, not in a WeakKeyDictionary of its own: its setdefault made a weak
         # reference per counter that grew, each pass).
         self.moved: dict[str, float] = {}
-        self.values: tuple[int, ...] = ()  # the counters at the last sample
-        self.flat = False  # the counters did not move and every history is flat
+        self.values: tuple[int, ...] = (0,) * len(keys)  # the counters at the last sample
+        self.flat = False  # the counters did not move and the history is flat
         self.flat_until: float | None = None  # last sample skipped while flat
 
 
@@ -117,33 +149,32 @@ class RateTracker:
                 values: tuple[int, ...], from_zero: bool = False) -> None:
         state = self._rates.get(owner)
         if state is None:
-            state = self._rates[owner] = _Owner()
+            state = self._rates[owner] = _Owner(keys, self.window)
             self._first_seen.setdefault(owner, now)
+            if from_zero and any(values):
+                # The counters started at 0 with their object, which the broker's
+                # sampler sees within an interval of its birth: what they counted
+                # came since then (else a burst before the first sample is lost).
+                state.history.add(now - SAMPLE_INTERVAL, state.values)
         elif values == state.values:
             if state.flat:
-                # Idle, with every history down to its flat run: what ``add`` would
-                # do is stretch the runs to now; remember now, and do it when a
-                # counter moves again (the rates are 0 meanwhile either way).
+                # Idle, with the history down to its flat run: what ``add`` would do
+                # is stretch the run to now; remember now, and do it when a counter
+                # moves again (the rates are 0 meanwhile either way).
                 state.flat_until = now
                 return
         elif state.flat_until is not None:
-            for idle in state.rates.values():
-                idle.stretch(state.flat_until)
+            state.history.stretch(state.flat_until)
             state.flat_until = None
-        rates = state.rates
-        for key, value in zip(keys, values, strict=True):
-            rate = rates.get(key)
-            if rate is None:
-                rate = rates[key] = MovingRate(self.window)
-                if value > 0 and from_zero:
-                    # The counter started at 0 with its object, which the broker's
-                    # sampler sees within an interval of its birth: what it counted
-                    # came since then (else a burst before the first sample is lost).
-                    rate.add(now - SAMPLE_INTERVAL, 0)
-            if value > rate.last_value():
-                state.moved[key] = now
-            rate.add(now, value)
-        state.flat = values == state.values and all(rate.flat for rate in rates.values())
+        last = state.values
+        if values != last:
+            moved = state.moved
+            for key, value, before in zip(keys, values, last, strict=True):
+                if value > before:
+                    moved[key] = now
+        history = state.history
+        history.add(now, values)
+        state.flat = values == last and history.flat
         state.values = values
 
     def sample(self, now: float, topics: Iterable[Topic]) -> None:
@@ -167,10 +198,9 @@ class RateTracker:
 
     def rate(self, owner: object, key: str) -> float:
         state = self._rates.get(owner)
-        if state is None:
+        if state is None or key not in state.keys:
             return 0.0
-        rate = state.rates.get(key)
-        return rate.rate() if rate is not None else 0.0
+        return state.history.rate(state.keys.index(key))
 
     def last_moved(self, owner: object, key: str) -> float | None:
         """When the counter ``key`` of ``owner`` was last seen to grow (None: never
