@@ -13,7 +13,6 @@ import asyncio
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -32,8 +31,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from magnetar.broker.observability.topic_rows import _disk_row, _SubscriptionRow, _TopicRow
 from magnetar.broker.topics.disk_topics import DiskTopics
-from magnetar.protocol.topic_name import namespace_of
 from magnetar.storage.write_latency import BUCKETS as WRITE_LATENCY_BUCKETS
 
 if TYPE_CHECKING:
@@ -88,48 +87,6 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 _TOPIC_LABELS = ["cluster", "namespace", "topic"]
 _SUBSCRIPTION_LABELS = [*_TOPIC_LABELS, "subscription"]
 _SNAPSHOT_CHUNK = 500  # topics read per event loop turn while a scrape snapshots them
-
-
-@dataclass(frozen=True, slots=True)
-class _SubscriptionRow:
-    name: str
-    backlog: int
-    unacked: int
-    rate_out: float  # its consumers' moving rates
-
-
-@dataclass(frozen=True, slots=True)
-class _TopicRow:
-    """One topic's figures, read on the event loop; the families are built from these
-    plain numbers on a worker thread, where they cannot race the topic's own updates."""
-
-    namespace: str
-    name: str
-    messages_in: int
-    bytes_in: int
-    messages_out: int
-    storage: int
-    backlog: int
-    producers: int
-    subscriptions: int
-    consumers: int
-    epoch: int
-    syncs: int
-    inline_syncs: int
-    bytes_out: int = 0
-    rate_in: float = 0.0
-    rate_out: float = 0.0
-    throughput_in: float = 0.0
-    throughput_out: float = 0.0
-    backlog_size: int = 0
-    write_latency: tuple[int, ...] = ()  # bucket counts, the last one +Inf
-    write_latency_sum: float = 0.0
-    subs: tuple[_SubscriptionRow, ...] = ()
-
-
-def _disk_row(name: str, storage: int) -> _TopicRow:
-    """A topic on disk, not loaded: its stored bytes, nothing else going on."""
-    return _TopicRow(namespace_of(name), name, 0, 0, 0, storage, 0, 0, 0, 0, 0, 0, 0)
 
 
 Rate = Callable[[object, str], float]  # RateTracker.rate: (topic or consumer, counter)
