@@ -18,8 +18,9 @@ class _SubscriptionRow:
 
 @dataclass(frozen=True, slots=True)
 class _TopicRow:
-    """One topic's figures, read on the event loop; the families are built from these
-    plain numbers on a worker thread, where they cannot race the topic's own updates."""
+    """One topic's figures, read on the event loop; the /metrics text is written from
+    these plain numbers on a worker thread, where they cannot race the topic's own
+    updates (and the registry's live families are built from them on the loop)."""
 
     namespace: str
     name: str
