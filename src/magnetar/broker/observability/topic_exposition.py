@@ -13,13 +13,13 @@ byte-identical to ``generate_latest`` of the reference families
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate
 
 from prometheus_client import generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from magnetar.broker.observability.topic_rows import _TopicRow
 from magnetar.storage.write_latency import BUCKETS as WRITE_LATENCY_BUCKETS
@@ -66,28 +66,20 @@ _FAMILIES = (
 _LE = (*(repr(bound) for bound in WRITE_LATENCY_BUCKETS), "+Inf")  # the histogram's le values
 
 
+_go_float: Callable[[float], str] = floatToGoString  # the library's, untyped there
+
+
 def label_value(value: str) -> str:
     """``value`` escaped as prometheus_client escapes a label value."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def number(value: float) -> str:
-    """``value`` as prometheus_client writes a sample's value (its floatToGoString)."""
+    """``value`` as prometheus_client writes a sample's value (its floatToGoString),
+    a small int without making a float and its repr."""
     if type(value) is int and -1_000_000 < value < 1_000_000:
-        return f"{value}.0"  # what the float's repr would be, without making it
-    d = float(value)
-    if d == math.inf:
-        return "+Inf"
-    if d == -math.inf:
-        return "-Inf"
-    if math.isnan(d):
-        return "NaN"
-    s = repr(d)
-    dot = s.find(".")
-    if d > 0 and dot > 6:  # Go's %g switches to an exponent sooner than repr
-        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1:]}".rstrip("0.")
-        return f"{mantissa}e+{dot - 1:02d}"
-    return s
+        return f"{value}.0"
+    return _go_float(value)
 
 
 def numbers(values: Iterable[float]) -> list[str]:
