@@ -13,7 +13,6 @@ import asyncio
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -32,8 +31,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from magnetar.broker.observability.topic_exposition import TopicExposition
+from magnetar.broker.observability.topic_rows import _disk_row, _SubscriptionRow, _TopicRow
 from magnetar.broker.topics.disk_topics import DiskTopics
-from magnetar.protocol.topic_name import namespace_of
 from magnetar.storage.write_latency import BUCKETS as WRITE_LATENCY_BUCKETS
 
 if TYPE_CHECKING:
@@ -88,48 +88,6 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 _TOPIC_LABELS = ["cluster", "namespace", "topic"]
 _SUBSCRIPTION_LABELS = [*_TOPIC_LABELS, "subscription"]
 _SNAPSHOT_CHUNK = 500  # topics read per event loop turn while a scrape snapshots them
-
-
-@dataclass(frozen=True, slots=True)
-class _SubscriptionRow:
-    name: str
-    backlog: int
-    unacked: int
-    rate_out: float  # its consumers' moving rates
-
-
-@dataclass(frozen=True, slots=True)
-class _TopicRow:
-    """One topic's figures, read on the event loop; the families are built from these
-    plain numbers on a worker thread, where they cannot race the topic's own updates."""
-
-    namespace: str
-    name: str
-    messages_in: int
-    bytes_in: int
-    messages_out: int
-    storage: int
-    backlog: int
-    producers: int
-    subscriptions: int
-    consumers: int
-    epoch: int
-    syncs: int
-    inline_syncs: int
-    bytes_out: int = 0
-    rate_in: float = 0.0
-    rate_out: float = 0.0
-    throughput_in: float = 0.0
-    throughput_out: float = 0.0
-    backlog_size: int = 0
-    write_latency: tuple[int, ...] = ()  # bucket counts, the last one +Inf
-    write_latency_sum: float = 0.0
-    subs: tuple[_SubscriptionRow, ...] = ()
-
-
-def _disk_row(name: str, storage: int) -> _TopicRow:
-    """A topic on disk, not loaded: its stored bytes, nothing else going on."""
-    return _TopicRow(namespace_of(name), name, 0, 0, 0, storage, 0, 0, 0, 0, 0, 0, 0)
 
 
 Rate = Callable[[object, str], float]  # RateTracker.rate: (topic or consumer, counter)
@@ -404,27 +362,34 @@ class BrokerMetrics:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
         self.disk_topics = DiskTopics(lambda: service.store, clock=clock)
+        # Every series, for reading samples on the loop (the topic families live), and
+        # the same without the topic families, which /metrics writes as text instead.
         self.registry = CollectorRegistry()
+        self._rendered = CollectorRegistry()
+        # Never given a snapshot now: a scrape writes the topic text from its own rows.
         self._topic_snapshot = _SnapshotOrLive(self._live_topic_families)
         self.registry.register(self._topic_snapshot)
+        self._topic_text = TopicExposition(_topic_families)
         self._broker = _BrokerCollector(service)
         self._broker_snapshot = _SnapshotOrLive(self._broker.collect)
-        self.registry.register(self._broker_snapshot)
-        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds...
-        # and python_info, as a Pulsar broker's JVM exports its own process series.
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
         self.replies_held = Counter(
             "magnetar_rpc_replies_held",
             "PIP-371 replies held for a requester that was not attached",
-            registry=self.registry,
+            registry=None,
         )
         self.replies_dropped = Counter(
             "magnetar_rpc_replies_dropped",
             "PIP-371 replies dropped",
             ["reason"],
-            registry=self.registry,
+            registry=None,
         )
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds...
+        # and python_info, as a Pulsar broker's JVM exports its own process series.
+        for collector in (self._broker_snapshot, ProcessCollector(registry=None),
+                          PlatformCollector(registry=None), self.replies_held,
+                          self.replies_dropped):
+            self.registry.register(collector)
+            self._rendered.register(collector)
         self._render_lock = asyncio.Lock()
 
     def reply_held(self) -> None:
@@ -437,21 +402,28 @@ class BrokerMetrics:
         service = self.service
         return _topic_row(topic, service.topic_policies.backlog_bytes, service.rates.rate)
 
-    def _families_of(self, rows: list[_TopicRow], sizes: dict[str, int]) -> list[Metric]:
-        """The topic families of ``rows``, plus a row for every stored topic of ``sizes``
-        not among them."""
+    @staticmethod
+    def _with_disk(rows: list[_TopicRow], sizes: dict[str, int]) -> list[_TopicRow]:
+        """``rows``, plus a row for every stored topic of ``sizes`` not among them."""
         loaded = {row.name for row in rows}
-        rows = rows + [_disk_row(n, size) for n, size in sizes.items() if n not in loaded]
-        return list(_topic_families(rows))
+        return rows + [_disk_row(n, size) for n, size in sizes.items() if n not in loaded]
 
-    def _live_topic_families(self) -> Iterator[Metric]:
+    def _live_rows(self) -> list[_TopicRow]:
         # On the loop: the stored topics as the last scrape's walk found them, no walk.
         rows = [self._row(t) for t in list(self.service.topics.values())]
-        return iter(self._families_of(rows, self.disk_topics.cached()))
+        return self._with_disk(rows, self.disk_topics.cached())
+
+    def _live_topic_families(self) -> Iterator[Metric]:
+        return iter(list(_topic_families(self._live_rows())))
 
     def render(self) -> bytes:
         """The exposition, all on the calling thread (tests and small brokers)."""
-        return bytes(generate_latest(self.registry))
+        return self._text(self._live_rows())
+
+    def _text(self, rows: list[_TopicRow]) -> bytes:
+        """The topic series written from ``rows`` (topic_exposition.py), then the
+        others as prometheus_client renders them: the order a registry of all gives."""
+        return self._topic_text.render(rows).encode() + generate_latest(self._rendered)
 
     async def render_async(self) -> bytes:
         """The exposition without a long event loop stall at thousands of topics: the
@@ -470,9 +442,8 @@ class BrokerMetrics:
             try:
                 return await asyncio.to_thread(self._render_rows, rows)
             finally:
-                self._topic_snapshot.families = self._broker_snapshot.families = None
+                self._broker_snapshot.families = None
 
     def _render_rows(self, rows: list[_TopicRow]) -> bytes:
         # The worker may walk the data directory (cached: at most every 30 s).
-        self._topic_snapshot.families = self._families_of(rows, self.disk_topics.sizes())
-        return bytes(generate_latest(self.registry))
+        return self._text(self._with_disk(rows, self.disk_topics.sizes()))
