@@ -92,3 +92,25 @@ def test_cyclic_garbage_frozen_alive_is_reclaimed_after_the_interval(thawed: Non
     freezer.freeze()  # ten minutes on: given back, collected
     assert gone() is None
     assert freezer.reclaims == 1
+
+
+def test_a_freeze_does_not_count_the_frozen_objects_unless_debug_logging_is_on(
+    thawed: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gc.get_freeze_count walks every frozen object (milliseconds with a loaded
+    broker): it ran on the loop at each freeze, for a debug line nobody logged."""
+    counted: list[int] = []
+    real = gc.get_freeze_count
+
+    def counting() -> int:
+        counted.append(1)
+        return real()
+
+    monkeypatch.setattr(gc, "get_freeze_count", counting)
+    freezer = GcFreezer(0.02, lambda _fn: None, clock=Clock())
+    caplog.set_level("INFO", logger="magnetar.broker.gc")
+    freezer.freeze()
+    assert counted == [] and freezer.freezes == 1
+    caplog.set_level("DEBUG", logger="magnetar.broker.gc")
+    freezer.freeze()
+    assert counted == [1] and "objects frozen in all" in caplog.text
