@@ -27,7 +27,12 @@ and once at its end. The bystander's samples during the scrapes are left out.
 
 Targets (issue 23): bystander p99 <= 50 ms at 2,500 msg/s, broker CPU <= 50%, full
 collections <= 50 ms. The machine may be shared: the 1-minute load average is printed
-with each phase; compare runs made close together.
+with each phase, and so are the CPU of the load processes and the bystander together
+('others %', 100% is one core) and how busy the whole machine was ('busy %', 100% is
+every core busy), and how many of the bystander's own entries took over 10 and over
+50 ms from append to durable in the broker ('writes >10/>50 ms'): the load runs on the
+broker's cores, and a machine near 100% delays the bystander's own process too.
+Compare runs made close together.
 """
 
 from __future__ import annotations
@@ -75,6 +80,14 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_idle() -> tuple[float, float]:
+    """(idle + iowait, all) CPU seconds of the whole machine since boot (/proc/stat)."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (fields[3] + fields[4]) / tick, sum(fields[:8]) / tick
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -204,12 +217,15 @@ class Phase:
     acked: int = 0
     failed: int = 0
     cpu: float = 0.0
+    others_cpu: float = 0.0  # the load processes and the bystander, 100% = one core
+    machine_busy: float = 0.0  # of every core: 100% = all busy
     rss_mb: float = 0.0
     peak_mb: float = 0.0
     fds: int = 0
     stalls: int = 0
     worst_lag: str = ""
     full_gcs: int = 0
+    slow_writes: tuple[float, float, float] = (0.0, 0.0, 0.0)  # see bystander_writes
     full_gc_mean_ms: float = 0.0
     full_gc_max_ms: float = 0.0
     gen1_gcs: int = 0
@@ -228,12 +244,25 @@ def gc_figures(metrics: dict[str, float], generation: int) -> tuple[float, float
             metrics.get(f"magnetar_gc_pause_seconds_total{label}", 0.0))
 
 
+def bystander_writes(metrics: dict[str, float]) -> tuple[float, float, float]:
+    """The bystander topic's entries written so far: (all, over 10 ms, over 50 ms) from
+    its write-latency histogram (append to durable, in the broker)."""
+    def bucket(le: str) -> float:
+        return sum(v for k, v in metrics.items()
+                   if k.startswith("magnetar_storage_write_latency_seconds_bucket{")
+                   and "many-bystander-" in k and f'le="{le}"' in k)
+    total = bucket("+Inf")
+    return total, total - bucket("0.01"), total - bucket("0.05")
+
+
 def run_phase(broker: Broker, phase: Phase, seconds: float, rate: Synchronized[float],
-              counters: Any) -> None:
+              counters: Any, others: list[int]) -> None:
     broker.scrape()  # its own stall lands before the baseline below
     time.sleep(0.5)
     before, _ = broker.scrape()
     cpu_before, wall_before = cpu_seconds(broker.pid), time.monotonic()
+    others_before = sum(cpu_seconds(pid) for pid in others)
+    idle_before, all_before = machine_idle()
     acked_before = sum(counters[1::3])
     failed_before = sum(counters[2::3])
     phase.started = time.monotonic()
@@ -244,7 +273,11 @@ def run_phase(broker: Broker, phase: Phase, seconds: float, rate: Synchronized[f
         log(f"    {time.monotonic() - phase.started:5.1f} s: {sum(counters[1::3]) - acked_before:,}"
             f" acked, broker RSS {broker.rss_mb():.1f} MB, {open_fds(broker.pid)} fds")
     phase.ended = time.monotonic()
-    phase.cpu = 100 * (cpu_seconds(broker.pid) - cpu_before) / (time.monotonic() - wall_before)
+    wall = time.monotonic() - wall_before
+    phase.cpu = 100 * (cpu_seconds(broker.pid) - cpu_before) / wall
+    phase.others_cpu = 100 * (sum(cpu_seconds(pid) for pid in others) - others_before) / wall
+    idle_after, all_after = machine_idle()
+    phase.machine_busy = 100 * (1 - (idle_after - idle_before) / (all_after - all_before))
     phase.acked = sum(counters[1::3]) - acked_before
     phase.failed = sum(counters[2::3]) - failed_before
     status = proc_status(broker.pid)
@@ -268,6 +301,8 @@ def run_phase(broker: Broker, phase: Phase, seconds: float, rate: Synchronized[f
     if phase.full_gcs:
         phase.full_gc_mean_ms = 1000 * (total_after - total_before) / phase.full_gcs
     phase.full_gc_max_ms = 1000 * after.get('magnetar_gc_pause_seconds_max{generation="2"}', 0)
+    phase.slow_writes = tuple(  # type: ignore[assignment]
+        a - b for a, b in zip(bystander_writes(after), bystander_writes(before), strict=True))
     phase.gen1_gcs = int(gc_figures(after, 1)[0] - gc_figures(before, 1)[0])
     rate.value = 0.0
 
@@ -276,7 +311,8 @@ def print_table(phases: list[Phase]) -> None:
     reference = phases[0].latencies and percentile(phases[0].latencies, 0.99)
     head = (f"{'rate':>6}{'acked/s':>9}{'n':>6}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>9}"
             f"{'x idle':>7}{'CPU %':>7}{'RSS MB':>8}{'peak':>7}{'fds':>7}{'stalls':>7}"
-            f"{'worst lag':>16}{'full GCs':>9}{'mean ms':>8}{'max ms':>8}{'load':>6}")
+            f"{'worst lag':>16}{'full GCs':>9}{'mean ms':>8}{'max ms':>8}{'load':>6}"
+            f"{'others %':>9}{'busy %':>7}{'writes >10/>50 ms':>18}")
     log(head)
     log("-" * len(head))
     for p in phases:
@@ -287,7 +323,8 @@ def print_table(phases: list[Phase]) -> None:
             f"{percentile(lat, 0.5):>8.1f}{p99:>8.1f}{max(lat, default=float('nan')):>9.1f}"
             f"{ratio:>7}{p.cpu:>7.0f}{p.rss_mb:>8.1f}{p.peak_mb:>7.1f}{p.fds:>7}{p.stalls:>7}"
             f"{p.worst_lag or '-':>16}{p.full_gcs:>9}{p.full_gc_mean_ms:>8.1f}"
-            f"{p.full_gc_max_ms:>8.1f}{p.load:>6}")
+            f"{p.full_gc_max_ms:>8.1f}{p.load:>6}{p.others_cpu:>9.0f}{p.machine_busy:>7.0f}"
+            f"{f'{p.slow_writes[1]:.0f}/{p.slow_writes[2]:.0f} of {p.slow_writes[0]:.0f}':>18}")
 
 
 def main() -> int:
@@ -361,7 +398,8 @@ def main() -> int:
         for phase in phases:
             log(f"== {phase.rate:,.0f} msg/s for {args.phase_seconds:g} s "
                 f"(load average {loadavg()})")
-            run_phase(broker, phase, args.phase_seconds, rate, counters)
+            others = [p.pid for p in (*processes, by) if p.pid is not None]
+            run_phase(broker, phase, args.phase_seconds, rate, counters, others)
             time.sleep(1)  # what was in flight settles
         stop.set()
         result = out.get(timeout=300)
