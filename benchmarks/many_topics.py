@@ -30,7 +30,8 @@ collections <= 50 ms. The machine may be shared: the 1-minute load average is pr
 with each phase, and so are the CPU of the load processes and the bystander together
 ('others %', 100% is one core) and how busy the whole machine was ('busy %', 100% is
 every core busy), and how many of the bystander's own entries took over 10 and over
-50 ms from append to durable in the broker ('writes >10/>50 ms'): the load runs on the
+50 ms from append to durable in the broker ('writes >10/>50 ms'), and the share of the
+phase's time the broker spent in young (generation 0 and 1) collections: the load runs on the
 broker's cores, and a machine near 100% delays the bystander's own process too.
 Compare runs made close together.
 """
@@ -229,6 +230,7 @@ class Phase:
     full_gc_mean_ms: float = 0.0
     full_gc_max_ms: float = 0.0
     gen1_gcs: int = 0
+    young_gc_share: float = 0.0  # % of the phase's wall time in gen-0 and gen-1 collections
     load: str = ""
     latencies: list[float] | None = None
 
@@ -304,6 +306,8 @@ def run_phase(broker: Broker, phase: Phase, seconds: float, rate: Synchronized[f
     phase.slow_writes = tuple(  # type: ignore[assignment]
         a - b for a, b in zip(bystander_writes(after), bystander_writes(before), strict=True))
     phase.gen1_gcs = int(gc_figures(after, 1)[0] - gc_figures(before, 1)[0])
+    young = sum(gc_figures(after, g)[1] - gc_figures(before, g)[1] for g in (0, 1))
+    phase.young_gc_share = 100 * young / wall
     rate.value = 0.0
 
 
@@ -312,7 +316,7 @@ def print_table(phases: list[Phase]) -> None:
     head = (f"{'rate':>6}{'acked/s':>9}{'n':>6}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>9}"
             f"{'x idle':>7}{'CPU %':>7}{'RSS MB':>8}{'peak':>7}{'fds':>7}{'stalls':>7}"
             f"{'worst lag':>16}{'full GCs':>9}{'mean ms':>8}{'max ms':>8}{'load':>6}"
-            f"{'others %':>9}{'busy %':>7}{'writes >10/>50 ms':>18}")
+            f"{'others %':>9}{'busy %':>7}{'writes >10/>50 ms':>18}{'young GC %':>11}")
     log(head)
     log("-" * len(head))
     for p in phases:
@@ -324,7 +328,8 @@ def print_table(phases: list[Phase]) -> None:
             f"{ratio:>7}{p.cpu:>7.0f}{p.rss_mb:>8.1f}{p.peak_mb:>7.1f}{p.fds:>7}{p.stalls:>7}"
             f"{p.worst_lag or '-':>16}{p.full_gcs:>9}{p.full_gc_mean_ms:>8.1f}"
             f"{p.full_gc_max_ms:>8.1f}{p.load:>6}{p.others_cpu:>9.0f}{p.machine_busy:>7.0f}"
-            f"{f'{p.slow_writes[1]:.0f}/{p.slow_writes[2]:.0f} of {p.slow_writes[0]:.0f}':>18}")
+            f"{f'{p.slow_writes[1]:.0f}/{p.slow_writes[2]:.0f} of {p.slow_writes[0]:.0f}':>18}"
+            f"{p.young_gc_share:>11.1f}")
 
 
 def main() -> int:
