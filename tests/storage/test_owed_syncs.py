@@ -80,6 +80,28 @@ async def test_a_new_ledger_fsyncs_its_directories_in_its_first_sync_not_at_open
         await reopened.close()
 
 
+async def test_a_first_sync_that_settles_runs_on_threads_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new ledger's first sync (its directory fsyncs first) runs on the settle
+    threads, so that when thousands of new topics are first written at once, the plain
+    syncs of other topics do not queue behind their journal commits; later syncs go to
+    the disk-job threads."""
+    calls = record_disk_calls(monkeypatch)
+    config = LedgerConfig(inline_sync_max_entries=0)  # every sync on a worker thread
+    ledger = ManagedLedger.open(tmp_path / "topic", config)
+    try:
+        ledger.append(b"first")
+        await ledger.flush()
+        assert {thread.rsplit("-", 1)[0] for _, _, thread in calls} == {"magnetar-settle"}
+        calls.clear()
+        ledger.append(b"second")
+        await ledger.flush()
+        assert [(call, thread.rsplit("-", 1)[0]) for call, _, thread in calls] == [
+            ("fdatasync", "magnetar-disk")]
+    finally:
+        await ledger.close()
+
+
 async def test_a_new_cursor_settles_what_its_ledger_owes_first(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = record_disk_calls(monkeypatch)

@@ -49,7 +49,7 @@ from magnetar.storage.cache import EntryCache
 from magnetar.storage.errors import LedgerClosed, LedgerFailed, StorageError
 from magnetar.storage.fsutil import preallocate, pwritev_all
 from magnetar.storage.grouped_syncs import sync_groups
-from magnetar.storage.job_threads import DISK_JOBS
+from magnetar.storage.job_threads import DISK_JOBS, SETTLE_JOBS
 from magnetar.storage.ledger_config import LedgerConfig, LedgerStats
 from magnetar.storage.owed_syncs import OwedSyncs
 from magnetar.storage.record import HEADER, HEADER_SIZE, MAX_DATA_SIZE, crc32c
@@ -327,7 +327,14 @@ class WritePipeline:
                 self._sync_inline(written)
                 return
             active = self._segments.active
-            if self._executor is None and \
+            if self._executor is None and self._jobs.owed.owed:
+                # A new ledger's first sync settles its directory fsyncs and files
+                # first (owed_syncs.py): journal commits that take milliseconds each
+                # when thousands of new topics are first written at once. Its own
+                # threads, so that the plain syncs of topics written before never queue
+                # behind them, in a group or in the disk-job threads' queue.
+                job = SETTLE_JOBS.run(self._loop, self._jobs.sync, active.fd)
+            elif self._executor is None and \
                     self._sync_load.mean_seconds <= self.config.inline_sync_max_seconds:
                 # With the other ledgers' syncs of this loop turn, while syncs are fast
                 # (a group waits for its slowest member): see grouped_syncs.py.
