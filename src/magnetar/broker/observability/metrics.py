@@ -259,18 +259,28 @@ class _RateFamilies:
         yield from (self.sub_backlog, self.sub_unacked, self.sub_rate_out)
 
 
-class _SnapshotOrLive(Collector):
+class _Live(Collector):
+    """Families computed by ``live`` when the registry is read (on the loop)."""
+
+    def __init__(self, live: Callable[[], Iterable[Metric]]) -> None:
+        self.live = live
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(list(self.live()))
+
+
+class _SnapshotOrLive(_Live):
     """During a scrape, the families its snapshot computed in advance (the worker
     thread that renders must not read live broker state); otherwise computed live by
     ``live``, so the registry's samples are current wherever it is read on the loop."""
 
     def __init__(self, live: Callable[[], Iterable[Metric]]) -> None:
-        self.live = live
+        super().__init__(live)
         self.families: list[Metric] | None = None
 
     def collect(self) -> Iterator[Metric]:
         families = self.families
-        return iter(families) if families is not None else iter(list(self.live()))
+        return iter(families) if families is not None else super().collect()
 
 
 class _BrokerCollector(Collector):
@@ -366,9 +376,8 @@ class BrokerMetrics:
         # the same without the topic families, which /metrics writes as text instead.
         self.registry = CollectorRegistry()
         self._rendered = CollectorRegistry()
-        # Never given a snapshot now: a scrape writes the topic text from its own rows.
-        self._topic_snapshot = _SnapshotOrLive(self._live_topic_families)
-        self.registry.register(self._topic_snapshot)
+        # No snapshot for these: a scrape writes the topic text from its own rows.
+        self.registry.register(_Live(self._live_topic_families))
         self._topic_text = TopicExposition(_topic_families)
         self._broker = _BrokerCollector(service)
         self._broker_snapshot = _SnapshotOrLive(self._broker.collect)
