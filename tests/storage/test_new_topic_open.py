@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from magnetar.storage import LedgerConfig, ManagedLedger
+import pytest
+
+from magnetar.storage import LedgerConfig, LedgerExists, ManagedLedger
 from magnetar.storage.store import METADATA_FILE, Store
 from magnetar.storage.synced_offset import SyncedOffsetWriter, read_synced_offset
 
@@ -152,3 +154,21 @@ async def test_a_topic_left_before_its_first_sync_loads_and_makes_its_record(
         await reopened.close()  # its record writer makes the file
     record = read_synced_offset(directory / "ledger")
     assert record is not None and record.segment_first_entry_id == 0 and record.offset > 0
+
+
+def test_only_new_opens_nothing_where_the_directory_exists(tmp_path: Path) -> None:
+    """``only_new`` (the loader's open of a new topic on the event loop): a ledger
+    whose directory exists raises LedgerExists with nothing opened or locked, so the
+    usual open (its recovery) can follow at once; a new one opens fresh."""
+    fresh = ManagedLedger.open(tmp_path / "new", LedgerConfig(), only_new=True)
+    try:
+        assert fresh.fresh and fresh.created
+    finally:
+        fresh.abort()
+    with pytest.raises(LedgerExists):
+        ManagedLedger.open(tmp_path / "new", LedgerConfig(), only_new=True)
+    again = ManagedLedger.open(tmp_path / "new", LedgerConfig())  # not left locked
+    try:
+        assert not again.fresh
+    finally:
+        again.abort()

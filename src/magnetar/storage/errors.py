@@ -21,6 +21,11 @@ class EntryNotFound(KeyError):
     """The entry id was trimmed, or is beyond the last confirmed entry."""
 
 
+class LedgerExists(Exception):
+    """``ManagedLedger.open(..., only_new=True)`` found the ledger's directory there
+    already: nothing was opened (the caller recovers it the usual way)."""
+
+
 class LedgerClosed(StorageError):
     """The ledger was closed or deleted; it accepts no more work."""
 

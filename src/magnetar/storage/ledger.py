@@ -34,7 +34,13 @@ from magnetar.storage.cache import CacheBudget, EntryCache
 from magnetar.storage.compacted_ledger import CompactedLedger
 from magnetar.storage.cursor import CursorSnapshot, ManagedCursor
 from magnetar.storage.cursor_store import CursorStore
-from magnetar.storage.errors import EntryNotFound, LedgerClosed, LedgerFailed, StorageError
+from magnetar.storage.errors import (
+    EntryNotFound,
+    LedgerClosed,
+    LedgerExists,
+    LedgerFailed,
+    StorageError,
+)
 from magnetar.storage.fsutil import fdatasync, make_directory
 from magnetar.storage.ledger_config import SYNC_POLICIES, LedgerConfig, LedgerStats
 from magnetar.storage.log_snapshot import LogSnapshot
@@ -120,8 +126,13 @@ class ManagedLedger:
              executor: Executor | None = None,
              sync_load: SyncLoad | None = None,
              cache_budget: CacheBudget | None = None,
-             segment_files: SegmentFiles | None = None) -> ManagedLedger:
+             segment_files: SegmentFiles | None = None,
+             only_new: bool = False) -> ManagedLedger:
         """Open (creating if needed) the ledger in ``directory`` and recover its segments.
+
+        ``only_new``: make the ledger only if its directory does not exist yet, else
+        raise LedgerExists having opened nothing (a new ledger's open is a few system
+        calls, cheap enough for the event loop; recovering an existing one is not).
 
         ``executor`` runs the fdatasyncs; None means the event loop's default executor.
         ``sync_load`` is shared by the ledgers on one disk and loop (None: its own).
@@ -135,6 +146,8 @@ class ManagedLedger:
             directory = Path(directory)
         made_in = make_directory(directory)
         fresh = bool(made_in)
+        if only_new and not fresh:
+            raise LedgerExists(str(directory))
         lock_fd = _lock_directory(directory)
         # A new ledger's directory entries become durable with its first sync (or
         # cursor, or ``make_durable``): see owed_syncs.py. Its own directory's entry

@@ -83,11 +83,13 @@ class Store:
         # load asks once or twice).
         return Path(os.path.join(self._root, domain, tenant, namespace, quote_name(local)))
 
-    def open_ledger(self, topic: str) -> ManagedLedger:
+    def open_ledger(self, topic: str, *, only_new: bool = False) -> ManagedLedger:
+        """``only_new``: see ``ManagedLedger.open`` (LedgerExists if the topic has a
+        directory)."""
         return ManagedLedger.open(
             self.topic_dir(topic), self.config, executor=self._executor,
             sync_load=self._sync_load, cache_budget=self.cache,
-            segment_files=self.segment_files,
+            segment_files=self.segment_files, only_new=only_new,
         )
 
     def truncate_at_corruption(self, topic: str, *,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.broker.topics.topic import Topic, TopicUnavailable
 from magnetar.protocol.topic_name import TopicName
-from magnetar.storage import CorruptLedger, ManagedLedger, Store, TopicMetadata
+from magnetar.storage import CorruptLedger, LedgerExists, ManagedLedger, Store, TopicMetadata
 from magnetar.storage.compacted_ledger import open_in_force
 from magnetar.storage.errors import StorageError
 from magnetar.storage.ledger_ids import LedgerIds, begin_ledger
@@ -183,9 +183,23 @@ class TopicLoader:
 
     async def _load_files(self, name: TopicName) -> tuple[ManagedLedger, TopicMetadata, LedgerIds]:
         """``_open_files`` on a loader thread; no ledger syncs on the loop meanwhile (a
-        topic's creation keeps the file system's journal busy)."""
+        topic's creation keeps the file system's journal busy).
+
+        A new topic is made on the loop itself while nothing else loads and no disk
+        work of its store runs on a worker: its open is a few system calls (mkdir,
+        flock, the first segment), less than the hand-off to a loader thread and back
+        (creating 100 producers one after another, official client: 0.137-0.157 s ->
+        0.122-0.131 s). Many creations at once, or beside syncs on workers, may wait for
+        the file system's journal: those stay on the loader threads, as does every
+        topic that exists (its recovery reads its log)."""
+        store = self._store_for(name)
+        if len(self._loading) == 1 and not store.sync_load.disk_jobs:
+            try:
+                return self._open_files(name, only_new=True)
+            except LedgerExists:
+                pass  # recovered on a loader thread
         job = self.loop.run_in_executor(self._loader, self._open_files, name)
-        self._store_for(name).sync_load.job_started(job)
+        store.sync_load.job_started(job)
         return await job
 
     def _check_loadable(self, name: TopicName, create: bool, explicit: bool) -> None:
@@ -214,16 +228,17 @@ class TopicLoader:
             self.namespaces.ensure(name.namespace_name)  # NamespaceNotFound is a LookupError
 
     def _open_files(
-        self, name: TopicName, durable: bool = False
+        self, name: TopicName, durable: bool = False, only_new: bool = False
     ) -> tuple[ManagedLedger, TopicMetadata, LedgerIds]:
         """Open (and recover) the topic's log and metadata and begin its new ledger:
         file work only, safe in a worker thread. TopicUnavailable names a failure.
-        A topic this creates is durable on return only if ``durable``."""
+        A topic this creates is durable on return only if ``durable``. ``only_new``:
+        LedgerExists, with nothing opened, if the topic has a directory."""
         full = str(name)
         store = self._store_for(name)
         ledger = None
         try:
-            ledger = store.open_ledger(full)
+            ledger = store.open_ledger(full, only_new=only_new)
             if ledger.fresh:  # its open made the directory: the rest has nothing to read
                 log.info("creating topic %s", full)
             ledger.open_persisted_cursors()  # its subscriptions' files, off the loop too
