@@ -93,10 +93,25 @@ def version(distribution: str) -> str:
 
 
 @contextlib.contextmanager
-def magnetar_broker(sync_policy: str) -> Iterator[Broker]:
-    with tempfile.TemporaryDirectory() as data, EmbeddedBroker(
-        data_dir=data, mode="subprocess", sync_policy=sync_policy, log_level="WARNING"
-    ) as broker:
+def magnetar_broker(sync_policy: str, kept_in: Path | None = None) -> Iterator[Broker]:
+    """A fresh magnetar broker; its data directory is made in ``kept_in`` and left
+    there for the caller to remove (None: a temporary one, removed when it stops).
+
+    A run of several brokers keeps their data until it ends: removing a broker's
+    thousands of files makes ext4 pass over those inodes, recently deleted, on each
+    creation for the next minutes (``recently_deleted`` in ``find_inode_bit``), and
+    the next broker's new topics cost up to ten times as much in the kernel
+    (fs_floor.py measures it)."""
+    with contextlib.ExitStack() as stack:
+        if kept_in is None:
+            data = stack.enter_context(tempfile.TemporaryDirectory())
+        else:
+            data = tempfile.mkdtemp(prefix="magnetar-", dir=kept_in)
+        broker = stack.enter_context(
+            EmbeddedBroker(
+                data_dir=data, mode="subprocess", sync_policy=sync_policy, log_level="WARNING"
+            )
+        )
         assert broker.process is not None
         yield Broker("magnetar", broker.service_url, broker.process.pid)
 
