@@ -97,11 +97,12 @@ def magnetar_broker(sync_policy: str, kept_in: Path | None = None) -> Iterator[B
     """A fresh magnetar broker; its data directory is made in ``kept_in`` and left
     there for the caller to remove (None: a temporary one, removed when it stops).
 
-    A run of several brokers keeps their data until it ends: removing a broker's
-    thousands of files makes ext4 pass over those inodes, recently deleted, on each
-    creation for the next minutes (``recently_deleted`` in ``find_inode_bit``), and
-    the next broker's new topics cost up to ten times as much in the kernel
-    (fs_floor.py measures it)."""
+    A run of several brokers keeps their data until it ends, so that no round
+    creates its topics just after the harness removed the last round's files: on
+    this ext4, minutes after a data directory of thousands of written topics was
+    removed, ext4 passed over the recently deleted inodes on each creation
+    (``recently_deleted`` in ``find_inode_bit`` in perf) and a new directory cost
+    several times as much (fs_floor.py prints it)."""
     with contextlib.ExitStack() as stack:
         if kept_in is None:
             data = stack.enter_context(tempfile.TemporaryDirectory())
